@@ -1,0 +1,1 @@
+"""ecal: the energy-calculus command line (``ecal --help``)."""

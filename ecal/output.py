@@ -1,0 +1,125 @@
+"""Output helpers for the CLI: staged, atomic writes (no partial files on error) and tables."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+
+def _atomic_write(path: Path, write: Callable[[str], None]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+class Outputs:
+    """Collects a command's output files and writes them only when the command has succeeded.
+
+    Each file is written to a temporary name and renamed into place; if any write fails, the
+    files already written by this commit are removed, so a failed command leaves nothing.
+    """
+
+    def __init__(self) -> None:
+        self._pending: list[tuple[Path, Callable[[str], None]]] = []
+
+    def json(self, path: str | Path, obj: Any) -> None:
+        """Stage a JSON document."""
+        text = json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n"
+        self.text(path, text)
+
+    def text(self, path: str | Path, text: str) -> None:
+        """Stage a text file."""
+
+        def write(tmp: str) -> None:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                fh.write(text)
+
+        self._pending.append((Path(path), write))
+
+    def figure(self, path: str | Path, fig: Any) -> None:
+        """Stage a matplotlib figure (format from the file suffix)."""
+        fmt = Path(path).suffix.lstrip(".") or "png"
+
+        def write(tmp: str) -> None:
+            fig.savefig(tmp, format=fmt, dpi=130, bbox_inches="tight")
+
+        self._pending.append((Path(path), write))
+
+    def commit(self) -> list[Path]:
+        """Write every staged file atomically; on failure remove what this commit wrote."""
+        done: list[Path] = []
+        try:
+            for path, write in self._pending:
+                _atomic_write(path, write)
+                done.append(path)
+        except BaseException:
+            for p in done:
+                p.unlink(missing_ok=True)
+            raise
+        self._pending.clear()
+        return done
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "to_dict"):
+        return o.to_dict()
+    if isinstance(o, (set, frozenset)):
+        return sorted(o)
+    try:
+        import numpy as np
+
+        if isinstance(o, np.generic):
+            return o.item()
+        if isinstance(o, np.ndarray):
+            return o.tolist()
+    except ImportError:  # pragma: no cover
+        pass
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], file=None) -> str:
+    """Render a plain-text table with right-aligned numeric columns; print it if ``file``."""
+    cells = [[str(h) for h in headers]] + [[_fmt(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = []
+    for j, r in enumerate(cells):
+        lines.append("  ".join(c.rjust(w) if j and _numeric(c) else c.ljust(w)
+                               for c, w in zip(r, widths)).rstrip())
+        if j == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    out = "\n".join(lines)
+    if file is not None:
+        print(out, file=file)
+    return out
+
+
+def _fmt(c: Any) -> str:
+    if isinstance(c, float):
+        return f"{c:.4g}"
+    return str(c)
+
+
+def _numeric(s: str) -> bool:
+    return bool(s) and (s[0].isdigit() or (s[0] in "+-." and len(s) > 1))
+
+
+def dump_json(obj: Any, file=sys.stdout) -> None:
+    """Print machine-readable output."""
+    json.dump(obj, file, indent=2, default=_json_default)
+    file.write("\n")
