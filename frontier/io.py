@@ -1,0 +1,635 @@
+"""File formats: signature files and composition workbooks (JSON, ``schema_version`` 1).
+
+Every file is a JSON object with ``"schema_version": 1`` and a ``"units"`` block. The units are
+fixed (SI, as the field names say) and the block documents them; a file declaring other units
+is rejected rather than silently misread::
+
+    "units": {"time": "s", "energy": "J", "power": "W"}
+
+**Signature** (one entry of ``signatures``, keyed by name)::
+
+    {"s_w": 80.0,                    # static (ready) power of its device(s), W
+     "time_s": 0.0015,               # T, s
+     "energy_j": 0.42,               # E, J   -- or "d_j": dynamic energy (E = s_w·T + d_j)
+     "sd_time_s": 1e-5,              # standard error of T (of the *estimate*), s
+     "sd_energy_j": 0.004,           # standard error of E, J
+                                     #   (or var_time_s2 / var_energy_j2, or run_sd_time_s /
+                                     #    run_sd_energy_j = per-run spread, divided by sqrt(n))
+     "n": 5, "devices": ["gpu0"], "omega": {"sm_clock_mhz": 1410, "sm_count": 105},
+     "kappa": "cuBLAS", "theta": "bf16 8192^3", "meta": {...}}
+
+or raw runs, turned into a signature by :meth:`Signature.from_runs`::
+
+    {"s_w": 123.0, "runs": {"times_s": [...], "energies_j": [...]}}  # per-invocation T and E per run
+
+A signature file is ``{"schema_version": 1, "units": ..., "signatures": {name: signature}}``.
+Saving a composite keeps its values and variances but not its per-leaf sensitivities: loaded
+back it is a measured-like leaf.
+
+**Workbook** (``ecal compose`` / ``ecal check``): a signature file plus an optional
+``"defaults"`` object (fields merged under every signature, e.g. ``{"s_w": 80, "devices":
+["gpu0"]}``) and ``"compositions"``, a list of ``{"name", "expr", "measured"?, "description"?}``.
+An expression is a signature name, the name of an earlier composition, or one object:
+
+* ``{"seq": [e, ...]}`` -- back to back on one device (⊗)
+* ``{"par": [e, ...], "offsets_s": [...], "sm_total": 108, "max_method": "clark"}`` -- overlap on
+  one device (⊕); options optional
+* ``{"par_multi": [e, ...]}`` -- at once on disjoint devices (⊕multi)
+* ``{"repeat": e, "times": k}`` -- e ⊗ e ⊗ … k times (one shared measurement: σ grows as k)
+* ``{"on": "gpu1", "expr": e}`` -- e with every leaf moved to device(s) ``gpu1`` (a string or
+  a list). The moved leaves keep their identity, so their estimation error is shared with the
+  original (the same characterization reused on another GPU)
+* ``{"idle": {"device": "gpu1", "duration_s": 2e-4, "s_w": 80}}`` -- an idle element
+* ``{"dag": {"tasks": {name: e}, "deps": [[a, b], ...], "idle_power_w": {...},
+  "offsets_s": {...}}}`` -- see :func:`frontier.dag.dag`
+
+``measured`` is ``{"time_s", "energy_j", "sd_time_s", "sd_energy_j", "n"}`` (standard errors, as
+for signatures; or ``run_sd_*`` with ``n``) or ``{"runs": {"times_s": [...], "energies_j":
+[...]}}``; an optional ``s_w`` (default: the prediction's, capped at E/T) only splits E into s·T+d.
+
+Every problem raises :class:`FormatError` naming the file, the path inside it (e.g.
+``signatures.gemm.time_s``) and the problem.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from .compose import idle as idle_element
+from .compose import par, par_multi, seq
+from .deviation import DeviationResult, critical_value, deviation
+from .errors import EnergyCalculusError, FormatError
+from .operating_point import OperatingPoint
+from .signature import Signature
+
+SCHEMA_VERSION = 1
+UNITS = MappingProxyType({"time": "s", "energy": "J", "power": "W"})
+
+
+# -- JSON files ---------------------------------------------------------------------------------
+
+def _default(o: Any) -> Any:
+    if isinstance(o, Mapping):
+        return dict(o)
+    if isinstance(o, (set, frozenset, tuple)):
+        return sorted(o) if isinstance(o, (set, frozenset)) else list(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, OperatingPoint):
+        return o.to_dict()
+    if dataclasses.is_dataclass(o) and not isinstance(o, type):
+        return o.to_dict() if hasattr(o, "to_dict") else dataclasses.asdict(o)
+    raise TypeError(f"cannot write a {type(o).__name__} to JSON")
+
+
+def _finite_json(o: Any) -> Any:
+    # JSON has no NaN/Infinity: write them as null rather than produce an unreadable file.
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, Mapping):
+        return {str(k): _finite_json(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_finite_json(v) for v in o]
+    return o
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
+    """Write ``obj`` as JSON to ``path`` atomically: a temp file in the same folder, fsync, then
+    ``os.replace``; a reader never sees a partial file and a failure leaves the old one."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(_finite_json(json.loads(json.dumps(obj, default=_default))), indent=2,
+                      allow_nan=False) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return p
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """Parse a JSON file; errors are :class:`FormatError` (invalid JSON names line and column)."""
+    p = str(path)
+    try:
+        with open(p, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise FormatError(p, "(file)", f"cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise FormatError(p, "(file)", f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FormatError(p, f"line {exc.lineno} column {exc.colno}", f"invalid JSON: {exc.msg}") from None
+
+
+# -- field readers ------------------------------------------------------------------------------
+
+def _got(v: Any) -> str:
+    try:
+        return json.dumps(v)[:80]
+    except (TypeError, ValueError):
+        return repr(v)[:80]
+
+
+def _num(file: str, path: str, v: Any, nonneg: bool = True, positive: bool = False) -> float:
+    kind = "a positive" if positive else "a non-negative" if nonneg else "a"
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise FormatError(file, path, f"must be {kind} number, got {_got(v)}")
+    if (positive and v <= 0) or (nonneg and v < 0):
+        raise FormatError(file, path, f"must be {kind} number, got {_got(v)}")
+    return float(v)
+
+
+def _int(file: str, path: str, v: Any, minimum: int = 1) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or v < minimum:
+        raise FormatError(file, path, f"must be an integer >= {minimum}, got {_got(v)}")
+    return int(v)
+
+
+def _obj(file: str, path: str, v: Any) -> dict:
+    if not isinstance(v, dict):
+        raise FormatError(file, path, f"must be an object, got {_got(v)}")
+    return v
+
+
+def _list(file: str, path: str, v: Any, nonempty: bool = True) -> list:
+    if not isinstance(v, list) or (nonempty and not v):
+        raise FormatError(file, path, f"must be a {'non-empty ' if nonempty else ''}list, got {_got(v)}")
+    return v
+
+
+def _unknown(file: str, path: str, d: Mapping, allowed: Iterable[str]) -> None:
+    extra = sorted(set(d) - set(allowed))
+    if extra:
+        raise FormatError(file, f"{path}.{extra[0]}" if path else extra[0],
+                          f"unknown field (known: {', '.join(sorted(allowed))})")
+
+
+def _check_header(file: str, doc: Any) -> dict:
+    doc = _obj(file, "(top level)", doc)
+    if "schema_version" not in doc:
+        raise FormatError(file, "schema_version", "missing (this reader understands 1)")
+    if doc["schema_version"] != SCHEMA_VERSION:
+        raise FormatError(file, "schema_version", f"unsupported version {_got(doc['schema_version'])} "
+                                                  f"(this reader understands {SCHEMA_VERSION})")
+    units = _obj(file, "units", doc.get("units", dict(UNITS)))
+    for k, v in units.items():
+        if k in UNITS and v != UNITS[k]:
+            raise FormatError(file, f"units.{k}", f"must be {UNITS[k]!r} (field names carry SI units), got {_got(v)}")
+    return doc
+
+
+# -- signatures -----------------------------------------------------------------------------------
+
+_SIG_FIELDS = {"name", "s_w", "time_s", "energy_j", "d_j", "sd_time_s", "sd_energy_j", "var_time_s2",
+               "var_energy_j2", "run_sd_time_s", "run_sd_energy_j", "n", "devices", "omega", "kappa",
+               "theta", "meta", "runs", "description"}
+
+
+def signature_to_dict(sig: Signature) -> dict[str, Any]:
+    """JSON-ready dict of a signature (the format above, with both ``energy_j`` and ``d_j``)."""
+    d: dict[str, Any] = {
+        "s_w": sig.s_w, "time_s": sig.time_s, "energy_j": sig.energy_j, "d_j": sig.d_j,
+        "sd_time_s": sig.sd_time_s, "sd_energy_j": sig.sd_energy_j, "n": sig.n,
+        "devices": sorted(sig.devices),
+    }
+    omega = {k: v for k, v in sig.omega.to_dict().items() if v is not None}
+    if omega:
+        d["omega"] = omega
+    for k in ("kappa", "theta"):
+        if getattr(sig, k) is not None:
+            d[k] = getattr(sig, k)
+    meta = dict(sig.meta)
+    if sig.composed:
+        meta.setdefault("source", "composed")
+    if meta:
+        d["meta"] = json.loads(json.dumps(_finite_json(json.loads(json.dumps(meta, default=_default)))))
+    return d
+
+
+def _sd_pair(file: str, path: str, d: Mapping, what: str, unit: str, n: int) -> float:
+    """Variance of one estimate from sd_*, var_* or run_sd_* (with n)."""
+    keys = [k for k in (f"sd_{what}_{unit}", f"var_{what}_{unit}2", f"run_sd_{what}_{unit}") if k in d]
+    if len(keys) > 1:
+        raise FormatError(file, f"{path}.{keys[1]}", f"give only one of {', '.join(keys)}")
+    if not keys:
+        return 0.0
+    k = keys[0]
+    v = _num(file, f"{path}.{k}", d[k])
+    if k.startswith("var_"):
+        return v
+    if k.startswith("run_sd_"):
+        return v * v / n
+    return v * v
+
+
+def _runs(file: str, path: str, runs: Any) -> tuple[list[float], list[float]]:
+    runs = _obj(file, path, runs)
+    _unknown(file, path, runs, ("times_s", "energies_j"))
+    for k in ("times_s", "energies_j"):
+        if k not in runs:
+            raise FormatError(file, f"{path}.{k}", "missing")
+    t = [_num(file, f"{path}.times_s[{i}]", v) for i, v in enumerate(_list(file, f"{path}.times_s", runs["times_s"]))]
+    e = [_num(file, f"{path}.energies_j[{i}]", v) for i, v in enumerate(_list(file, f"{path}.energies_j", runs["energies_j"]))]
+    if len(t) != len(e):
+        raise FormatError(file, path, f"times_s has {len(t)} runs but energies_j has {len(e)}")
+    return t, e
+
+
+def _common_kwargs(file: str, path: str, d: Mapping) -> dict[str, Any]:
+    kw: dict[str, Any] = {}
+    if "devices" in d:
+        devs = d["devices"]
+        devs = [devs] if isinstance(devs, str) else devs
+        devs = _list(file, f"{path}.devices", devs)
+        if not all(isinstance(x, str) and x for x in devs):
+            raise FormatError(file, f"{path}.devices", f"must be a list of device names, got {_got(d['devices'])}")
+        kw["devices"] = frozenset(devs)
+    if "omega" in d:
+        try:
+            kw["omega"] = OperatingPoint.from_dict(_obj(file, f"{path}.omega", d["omega"]))
+        except ValueError as exc:
+            raise FormatError(file, f"{path}.omega", str(exc)) from None
+    for k in ("kappa", "theta"):
+        if d.get(k) is not None:
+            if not isinstance(d[k], str):
+                raise FormatError(file, f"{path}.{k}", f"must be a string, got {_got(d[k])}")
+            kw[k] = d[k]
+    if "meta" in d:
+        kw["meta"] = dict(_obj(file, f"{path}.meta", d["meta"]))
+    return kw
+
+
+def signature_from_dict(d: Any, file: str = "<dict>", path: str = "signature",
+                        name: str | None = None) -> Signature:
+    """Parse one signature (format above). Errors name ``file`` and ``path``."""
+    d = _obj(file, path, d)
+    _unknown(file, path, d, _SIG_FIELDS)
+    nm = name if name is not None else d.get("name", path.rsplit(".", 1)[-1])
+    if not isinstance(nm, str) or not nm:
+        raise FormatError(file, f"{path}.name", f"must be a non-empty string, got {_got(nm)}")
+    if "s_w" not in d:
+        raise FormatError(file, f"{path}.s_w", "missing (static power of the device(s), W)")
+    s = _num(file, f"{path}.s_w", d["s_w"])
+    kw = _common_kwargs(file, path, d)
+    try:
+        if "runs" in d:
+            clash = sorted(set(d) & {"time_s", "energy_j", "d_j", "n", "sd_time_s", "sd_energy_j"})
+            if clash:
+                raise FormatError(file, f"{path}.{clash[0]}", "give either runs or values, not both")
+            t, e = _runs(file, f"{path}.runs", d["runs"])
+            return Signature.from_runs(nm, t, e, s_w=s, **kw)
+        if "time_s" not in d:
+            raise FormatError(file, f"{path}.time_s", "missing")
+        t = _num(file, f"{path}.time_s", d["time_s"])
+        n = _int(file, f"{path}.n", d.get("n", 1))
+        if "energy_j" in d:
+            e = _num(file, f"{path}.energy_j", d["energy_j"])
+            dj = e - s * t
+            if "d_j" in d:
+                given = _num(file, f"{path}.d_j", d["d_j"], nonneg=False)
+                if abs(given - max(dj, 0.0)) > 1e-6 * max(1.0, abs(e)):
+                    raise FormatError(file, f"{path}.d_j", f"{given} disagrees with energy_j - s_w*time_s = {dj}")
+        elif "d_j" in d:
+            dj = _num(file, f"{path}.d_j", d["d_j"], nonneg=False)
+        else:
+            raise FormatError(file, f"{path}.energy_j", "missing (give energy_j or d_j)")
+        vt = _sd_pair(file, path, d, "time", "s", n)
+        ve = _sd_pair(file, path, d, "energy", "j", n)
+        return Signature(nm, s_w=s, time_s=t, d_j=dj, var_time_s2=vt, var_energy_j2=ve, n=n, **kw)
+    except FormatError:
+        raise
+    except EnergyCalculusError as exc:
+        raise FormatError(file, path, str(exc)) from None
+
+
+def _parse_signatures(file: str, doc: Mapping, key: str = "signatures") -> dict[str, Signature]:
+    sigs = _obj(file, key, doc.get(key, {}))
+    defaults = _obj(file, "defaults", doc.get("defaults", {}))
+    _unknown(file, "defaults", defaults, _SIG_FIELDS - {"name", "runs", "time_s", "energy_j", "d_j"})
+    out: dict[str, Signature] = {}
+    for nm, body in sigs.items():
+        merged = {**defaults, **_obj(file, f"{key}.{nm}", body)}
+        out[nm] = signature_from_dict(merged, file, f"{key}.{nm}", name=nm)
+    return out
+
+
+def save_signatures(path: str | os.PathLike, sigs: Mapping[str, Signature] | Iterable[Signature]) -> Path:
+    """Write signatures to a signature file (atomically). A mapping's keys are the names."""
+    if isinstance(sigs, Mapping):
+        items = list(sigs.items())
+    else:
+        items = [(s.name, s) for s in sigs]
+    seen: set[str] = set()
+    for k, s in items:
+        if not isinstance(s, Signature):
+            raise FormatError(str(path), f"signatures.{k}", f"is a {type(s).__name__}, not a Signature")
+        if k in seen:
+            raise FormatError(str(path), f"signatures.{k}", "two signatures have this name")
+        seen.add(k)
+    doc = {"schema_version": SCHEMA_VERSION, "units": dict(UNITS),
+           "signatures": {k: signature_to_dict(s) for k, s in items}}
+    return write_json_atomic(path, doc)
+
+
+def load_signatures(path: str | os.PathLike) -> dict[str, Signature]:
+    """Read a signature file (or the ``signatures`` of a workbook) into name → Signature."""
+    file = str(path)
+    doc = _check_header(file, read_json(file))
+    if "signatures" not in doc:
+        raise FormatError(file, "signatures", "missing")
+    return _parse_signatures(file, doc)
+
+
+# -- expressions ------------------------------------------------------------------------------------
+
+_OPS = {"seq", "par", "par_multi", "repeat", "on", "idle", "dag"}
+_OP_OPTIONS = {"seq": {"name"}, "par": {"name", "offsets_s", "sm_total", "max_method"},
+               "par_multi": {"name", "max_method"}, "repeat": {"name", "times"},
+               "on": {"expr"}, "idle": set(), "dag": {"name"}}
+
+
+def _moved(sig: Signature, devices: frozenset[str]) -> Signature:
+    # Same leaf (same terms/identity of its error), other device: dataclasses.replace keeps
+    # every field, including the per-leaf sensitivities.
+    return dataclasses.replace(sig, devices=devices)
+
+
+@dataclass
+class _Env:
+    file: str
+    sigs: Mapping[str, Signature]
+    comps: dict[str, Signature] = field(default_factory=dict)
+
+
+def _eval(env: _Env, expr: Any, path: str, place: frozenset[str] | None) -> Signature:
+    f = env.file
+    if isinstance(expr, str):
+        if expr in env.sigs:
+            sig = env.sigs[expr]
+            return _moved(sig, place) if place is not None else sig
+        if expr in env.comps:
+            if place is not None:
+                raise FormatError(f, path, f"cannot move composition {expr!r} with 'on'; move its elements")
+            return env.comps[expr]
+        known = sorted(env.sigs) + sorted(env.comps)
+        raise FormatError(f, path, f"unknown element {expr!r} (known: {', '.join(known[:20])}"
+                                   f"{', ...' if len(known) > 20 else ''})")
+    expr = _obj(f, path, expr)
+    ops = [k for k in expr if k in _OPS]
+    if len(ops) != 1:
+        raise FormatError(f, path, f"must have exactly one operator of {', '.join(sorted(_OPS))}; got keys {sorted(expr)}")
+    op = ops[0]
+    _unknown(f, path, expr, {op} | _OP_OPTIONS[op])
+    p = f"{path}.{op}"
+    name = expr.get("name")
+    if name is not None and not isinstance(name, str):
+        raise FormatError(f, f"{path}.name", f"must be a string, got {_got(name)}")
+    try:
+        if op in ("seq", "par", "par_multi"):
+            kids = [_eval(env, e, f"{p}[{i}]", place) for i, e in enumerate(_list(f, p, expr[op]))]
+            if op == "seq":
+                return seq(kids, name=name)
+            if op == "par_multi":
+                return par_multi(kids, name=name, max_method=expr.get("max_method", "dominant"))
+            kw: dict[str, Any] = {"max_method": expr.get("max_method", "dominant")}
+            if "offsets_s" in expr:
+                offs = _list(f, f"{path}.offsets_s", expr["offsets_s"])
+                kw["offsets_s"] = [_num(f, f"{path}.offsets_s[{i}]", v) for i, v in enumerate(offs)]
+            if "sm_total" in expr:
+                kw["sm_total"] = _int(f, f"{path}.sm_total", expr["sm_total"])
+            return par(kids, name=name, **kw)
+        if op == "repeat":
+            if "times" not in expr:
+                raise FormatError(f, f"{path}.times", "missing (how many repeats)")
+            k = _int(f, f"{path}.times", expr["times"])
+            base = _eval(env, expr[op], p, place)
+            return seq([base] * k, name=name or f"{base.name}x{k}")
+        if op == "on":
+            if "expr" not in expr:
+                raise FormatError(f, f"{path}.expr", "missing (the expression to move)")
+            devs = expr[op]
+            devs = [devs] if isinstance(devs, str) else _list(f, p, devs)
+            if not all(isinstance(x, str) and x for x in devs):
+                raise FormatError(f, p, f"must be a device name or list of names, got {_got(expr[op])}")
+            return _eval(env, expr["expr"], f"{path}.expr", frozenset(devs))
+        if op == "idle":
+            body = _obj(f, p, expr[op])
+            _unknown(f, p, body, ("device", "duration_s", "s_w", "name"))
+            for k in ("device", "duration_s", "s_w"):
+                if k not in body:
+                    raise FormatError(f, f"{p}.{k}", "missing")
+            return idle_element(str(body["device"]), _num(f, f"{p}.duration_s", body["duration_s"]),
+                                _num(f, f"{p}.s_w", body["s_w"]), name=body.get("name"))
+        return _eval_dag(env, expr, p, place, name)
+    except FormatError:
+        raise
+    except EnergyCalculusError as exc:
+        raise FormatError(f, path, str(exc)) from None
+
+
+def _eval_dag(env: _Env, expr: Mapping, p: str, place, name) -> Signature:
+    from .dag import dag
+
+    f = env.file
+    body = _obj(f, p, expr["dag"])
+    _unknown(f, p, body, ("tasks", "deps", "idle_power_w", "offsets_s"))
+    tasks_d = _obj(f, f"{p}.tasks", body.get("tasks"))
+    if not tasks_d:
+        raise FormatError(f, f"{p}.tasks", "must name at least one task")
+    tasks = {k: _eval(env, e, f"{p}.tasks.{k}", place) for k, e in tasks_d.items()}
+    deps = []
+    for i, edge in enumerate(_list(f, f"{p}.deps", body.get("deps", []), nonempty=False)):
+        if not (isinstance(edge, list) and len(edge) == 2 and all(isinstance(x, str) for x in edge)):
+            raise FormatError(f, f"{p}.deps[{i}]", f"must be [before, after] task names, got {_got(edge)}")
+        deps.append((edge[0], edge[1]))
+    idle_w = {k: _num(f, f"{p}.idle_power_w.{k}", v)
+              for k, v in _obj(f, f"{p}.idle_power_w", body.get("idle_power_w", {})).items()}
+    offs = {k: _num(f, f"{p}.offsets_s.{k}", v)
+            for k, v in _obj(f, f"{p}.offsets_s", body.get("offsets_s", {})).items()}
+    return dag(tasks, deps, idle_power_w=idle_w or None, offsets_s=offs or None, name=name)
+
+
+def _measured(file: str, path: str, d: Any, predicted: Signature, name: str) -> Signature:
+    d = _obj(file, path, d)
+    _unknown(file, path, d, {"time_s", "energy_j", "sd_time_s", "sd_energy_j", "var_time_s2",
+                             "var_energy_j2", "run_sd_time_s", "run_sd_energy_j", "n", "runs", "s_w"})
+    nm = f"{name} (measured)"
+    try:
+        if "runs" in d:
+            t, e = _runs(file, f"{path}.runs", d["runs"])
+            mean_t, mean_e = float(np.mean(t)), float(np.mean(e))
+            s = _measured_s(file, path, d, predicted, mean_t, mean_e)
+            return Signature.from_runs(nm, t, e, s_w=s, devices=predicted.devices)
+        for k in ("time_s", "energy_j"):
+            if k not in d:
+                raise FormatError(file, f"{path}.{k}", "missing")
+        t = _num(file, f"{path}.time_s", d["time_s"])
+        e = _num(file, f"{path}.energy_j", d["energy_j"])
+        n = _int(file, f"{path}.n", d.get("n", 1))
+        s = _measured_s(file, path, d, predicted, t, e)
+        return Signature(nm, s_w=s, time_s=t, d_j=max(e - s * t, 0.0),
+                         var_time_s2=_sd_pair(file, path, d, "time", "s", n),
+                         var_energy_j2=_sd_pair(file, path, d, "energy", "j", n), n=n,
+                         devices=predicted.devices, meta={"source": "measured"})
+    except FormatError:
+        raise
+    except EnergyCalculusError as exc:
+        raise FormatError(file, path, str(exc)) from None
+
+
+def _measured_s(file: str, path: str, d: Mapping, predicted: Signature, t: float, e: float) -> float:
+    # s only splits E into s·T + d; keep d >= 0 so the measured signature is valid.
+    s = _num(file, f"{path}.s_w", d["s_w"]) if "s_w" in d else predicted.s_w
+    return min(s, e / t) if t > 0 else s
+
+
+# -- workbooks ----------------------------------------------------------------------------------------
+
+def _fmt_t(t: float, sd: float) -> str:
+    scale, unit = (1.0, "s") if t >= 1 else (1e3, "ms") if t >= 1e-3 else (1e6, "us")
+    return f"{t * scale:.4g} ± {sd * scale:.2g} {unit}"
+
+
+def _fmt_e(e: float, sd: float | None = None) -> str:
+    scale, unit = (1.0, "J") if e >= 1 else (1e3, "mJ")
+    if sd is None:
+        return f"{e * scale:.3g} {unit}"
+    return f"{e * scale:.5g} ± {sd * scale:.2g} {unit}"
+
+
+@dataclass(frozen=True)
+class CompositionEntry:
+    """One composition of a workbook: its expression, the predicted composite and, when the
+    file has one, the direct measurement of the same composite."""
+
+    name: str
+    expr: Any
+    predicted: Signature
+    measured: Signature | None = None
+    description: str | None = None
+
+    def deviation(self, alpha: float = 0.05, bias_aware: bool = False, n_tests: int = 1) -> DeviationResult | None:
+        """Eq. 23 of the measurement against the prediction (None without a measurement)."""
+        if self.measured is None:
+            return None
+        return deviation(self.predicted, self.measured, alpha, bias_aware, n_tests, name=self.name)
+
+    def summary(self, alpha: float = 0.05) -> str:
+        """One line: predicted T and E with σ and the Eq. 13 bias bound."""
+        p = self.predicted
+        b = p.bias_bound_j(critical_value(alpha))
+        return (f"{self.name}: T = {_fmt_t(p.time_s, p.sd_time_s)}  E = {_fmt_e(p.energy_j, p.sd_energy_j)}"
+                f"  bias bound {_fmt_e(b)} (c_a={critical_value(alpha):.3g})")
+
+    def to_dict(self, alpha: float = 0.05) -> dict[str, Any]:
+        """JSON-ready dict: predicted values, σ, bias bound at c_α, measured values if any."""
+        p = self.predicted
+        c = critical_value(alpha)
+        d: dict[str, Any] = {
+            "name": self.name, "expr": self.expr,
+            "predicted": {"time_s": p.time_s, "energy_j": p.energy_j, "sd_time_s": p.sd_time_s,
+                          "sd_energy_j": p.sd_energy_j, "s_w": p.s_w, "d_j": p.d_j,
+                          "bias_bound_j": p.bias_bound_j(c), "c_alpha": c,
+                          "devices": sorted(p.devices)},
+        }
+        if self.description:
+            d["description"] = self.description
+        if self.measured is not None:
+            m = self.measured
+            d["measured"] = {"time_s": m.time_s, "energy_j": m.energy_j, "sd_time_s": m.sd_time_s,
+                             "sd_energy_j": m.sd_energy_j, "n": m.n}
+        return d
+
+
+@dataclass(frozen=True)
+class Workbook:
+    """A parsed workbook: its signatures and its compositions, evaluated."""
+
+    file: str
+    signatures: Mapping[str, Signature]
+    entries: tuple[CompositionEntry, ...]
+    description: str | None = None
+
+    def __getitem__(self, name: str) -> CompositionEntry:
+        for e in self.entries:
+            if e.name == name:
+                return e
+        raise KeyError(f"{self.file}: no composition named {name!r}")
+
+    def check(self, alpha: float = 0.05, bias_aware: bool = False, n_tests: int = 1) -> list[DeviationResult]:
+        """Eq. 23 for every composition that has a measurement, in file order."""
+        return [r for e in self.entries
+                if (r := e.deviation(alpha, bias_aware, n_tests)) is not None]
+
+    def summary_lines(self, alpha: float = 0.05) -> list[str]:
+        """One line per composition (predicted T, E ± σ, bias bound): what ``ecal compose`` prints."""
+        return [e.summary(alpha) for e in self.entries]
+
+    def to_dict(self, alpha: float = 0.05) -> dict[str, Any]:
+        """JSON-ready dict of every composition (prediction, measurement, deviation)."""
+        out = []
+        for e in self.entries:
+            d = e.to_dict(alpha)
+            r = e.deviation(alpha)
+            if r is not None:
+                d["deviation"] = r.to_dict()
+            out.append(d)
+        return {"file": self.file, "schema_version": SCHEMA_VERSION, "units": dict(UNITS),
+                "compositions": out}
+
+
+_WB_FIELDS = {"schema_version", "units", "description", "defaults", "signatures", "compositions", "source"}
+
+
+def parse_workbook(doc: Any, file: str = "<workbook>") -> Workbook:
+    """Build a :class:`Workbook` from an already-parsed JSON document."""
+    doc = _check_header(file, doc)
+    _unknown(file, "", doc, _WB_FIELDS)
+    sigs = _parse_signatures(file, doc)
+    env = _Env(file, sigs)
+    entries = []
+    for i, c in enumerate(_list(file, "compositions", doc.get("compositions"), nonempty=False)):
+        path = f"compositions[{i}]"
+        c = _obj(file, path, c)
+        _unknown(file, path, c, ("name", "expr", "measured", "description"))
+        nm = c.get("name")
+        if not isinstance(nm, str) or not nm:
+            raise FormatError(file, f"{path}.name", f"must be a non-empty string, got {_got(nm)}")
+        if nm in sigs or nm in env.comps:
+            raise FormatError(file, f"{path}.name", f"{nm!r} is already the name of a signature or composition")
+        if "expr" not in c:
+            raise FormatError(file, f"{path}.expr", "missing")
+        pred = _eval(env, c["expr"], f"{path}.expr", None)
+        pred = dataclasses.replace(pred, name=nm) if pred.composed else pred
+        meas = _measured(file, f"{path}.measured", c["measured"], pred, nm) if "measured" in c else None
+        env.comps[nm] = pred
+        entries.append(CompositionEntry(nm, c["expr"], pred, meas, c.get("description")))
+    desc = doc.get("description")
+    return Workbook(file, MappingProxyType(sigs), tuple(entries), desc if isinstance(desc, str) else None)
+
+
+def load_workbook(path: str | os.PathLike) -> Workbook:
+    """Read and evaluate a workbook file (format in the module docstring)."""
+    return parse_workbook(read_json(path), str(path))
