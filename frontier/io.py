@@ -36,9 +36,10 @@ An expression is a signature name, the name of an earlier composition, or one ob
   one device (⊕); options optional
 * ``{"par_multi": [e, ...]}`` -- at once on disjoint devices (⊕multi)
 * ``{"repeat": e, "times": k}`` -- e ⊗ e ⊗ … k times (one shared measurement: σ grows as k)
-* ``{"on": "gpu1", "expr": e}`` -- e with every leaf moved to device(s) ``gpu1`` (a string or
-  a list). The moved leaves keep their identity, so their estimation error is shared with the
-  original (the same characterization reused on another GPU)
+* ``{"on": "gpu1", "expr": e}`` -- e (which may name an earlier composition) with every leaf
+  moved to device(s) ``gpu1`` (a string or a list). The moved leaves keep their identity, so
+  their estimation error is shared with the original (the same characterization reused on
+  another GPU)
 * ``{"idle": {"device": "gpu1", "duration_s": 2e-4, "s_w": 80}}`` -- an idle element
 * ``{"dag": {"tasks": {name: e}, "deps": [[a, b], ...], "idle_power_w": {...},
   "offsets_s": {...}}}`` -- see :func:`frontier.dag.dag`
@@ -381,6 +382,7 @@ class _Env:
     file: str
     sigs: Mapping[str, Signature]
     comps: dict[str, Signature] = field(default_factory=dict)
+    exprs: dict[str, Any] = field(default_factory=dict)
 
 
 def _eval(env: _Env, expr: Any, path: str, place: frozenset[str] | None) -> Signature:
@@ -391,7 +393,8 @@ def _eval(env: _Env, expr: Any, path: str, place: frozenset[str] | None) -> Sign
             return _moved(sig, place) if place is not None else sig
         if expr in env.comps:
             if place is not None:
-                raise FormatError(f, path, f"cannot move composition {expr!r} with 'on'; move its elements")
+                # Re-evaluate the composition's expression with its leaves moved.
+                return _eval(env, env.exprs[expr], path, place)
             return env.comps[expr]
         known = sorted(env.sigs) + sorted(env.comps)
         raise FormatError(f, path, f"unknown element {expr!r} (known: {', '.join(known[:20])}"
@@ -507,16 +510,21 @@ def _measured_s(file: str, path: str, d: Mapping, predicted: Signature, t: float
 
 # -- workbooks ----------------------------------------------------------------------------------------
 
-def _fmt_t(t: float, sd: float) -> str:
+def _sig(v: float, digits: int = 4) -> str:
+    if v == 0 or not math.isfinite(v):
+        return f"{v:g}"
+    decimals = max(0, digits - 1 - int(math.floor(math.log10(abs(v)))))
+    return f"{v:.{decimals}f}"
+
+
+def _fmt_t(t: float, sd: float | None = None) -> str:
     scale, unit = (1.0, "s") if t >= 1 else (1e3, "ms") if t >= 1e-3 else (1e6, "us")
-    return f"{t * scale:.4g} ± {sd * scale:.2g} {unit}"
+    return _sig(t * scale) + (f" ± {sd * scale:.2g}" if sd is not None else "") + f" {unit}"
 
 
 def _fmt_e(e: float, sd: float | None = None) -> str:
-    scale, unit = (1.0, "J") if e >= 1 else (1e3, "mJ")
-    if sd is None:
-        return f"{e * scale:.3g} {unit}"
-    return f"{e * scale:.5g} ± {sd * scale:.2g} {unit}"
+    scale, unit = (1.0, "J") if e >= 10 else (1e3, "mJ")
+    return _sig(e * scale) + (f" ± {sd * scale:.2g}" if sd is not None else "") + f" {unit}"
 
 
 @dataclass(frozen=True)
@@ -625,6 +633,7 @@ def parse_workbook(doc: Any, file: str = "<workbook>") -> Workbook:
         pred = dataclasses.replace(pred, name=nm) if pred.composed else pred
         meas = _measured(file, f"{path}.measured", c["measured"], pred, nm) if "measured" in c else None
         env.comps[nm] = pred
+        env.exprs[nm] = c["expr"]
         entries.append(CompositionEntry(nm, c["expr"], pred, meas, c.get("description")))
     desc = doc.get("description")
     return Workbook(file, MappingProxyType(sigs), tuple(entries), desc if isinstance(desc, str) else None)
