@@ -29,9 +29,9 @@ precedence edges, and optional start offsets. Each task runs on its signature's 
 * **Transitions** (spec §9.5). ``transitions`` is any object with
   ``cost(from_omega_dev, to_omega_dev) -> (time_s, energy_j)``; it is called when consecutive
   tasks on a device have different ω_dev. The switch occupies the device for ``time_s`` right
-  after the earlier task and costs ``energy_j`` in total (it is an element composed with ⊗, so
-  its energy includes the device's draw while switching; the device is not also charged idle
-  power then).
+  after the earlier task and costs ``energy_j`` in total, but at least the device's idle power
+  × ``time_s`` (a stall costs its static energy). It is an element composed with ⊗, as
+  ``TransitionTable.element`` builds it, so the device is not also charged idle power then.
 * **Uncertainty**: first order (delta method) at the realised schedule: each max is
   linearised at its dominant argument, so σ²_T sums along the critical path and
   σ²_E ≈ (Σ s)²σ²_T + Σ σ²_d when static power is uniform (spec §8.1). Sensitivities are kept
@@ -230,7 +230,14 @@ class _State:
     crit_pred: dict[str, str | None] = field(default_factory=dict)
 
 
-def _schedule_times(order, tasks, preds, offsets, dev_order, transitions):
+def _gap_power(dev: str, idle_power: Mapping[str, float], before: Signature) -> float:
+    """Idle power of ``dev`` right after task ``before``: the given constant, else the static
+    power (per-device share) of the task whose clocks it still holds."""
+    p = idle_power.get(dev)
+    return p if p is not None else _idle_share(before)
+
+
+def _schedule_times(order, tasks, preds, offsets, dev_order, transitions, idle_power):
     """Start/end times, their sensitivities, and the switches inserted (list schedule)."""
     st = _State()
     prev_on: dict[tuple[str, str], str] = {}
@@ -248,6 +255,7 @@ def _schedule_times(order, tasks, preds, offsets, dev_order, transitions):
                 continue
             tau, eps = _transition(transitions, dev, p, tasks[p], k, sig)
             if tau > 0 or eps > 0:
+                eps = max(eps, _gap_power(dev, idle_power, tasks[p]) * tau)
                 switches.append(TransitionUse(dev, p, k, st.end[p], tau, eps))
             cands.append((st.end[p] + tau, p))
         for t, p in cands:
@@ -358,7 +366,7 @@ def dag_schedule(
     dev_order = {d: tuple(k for k in order if d in tasks[k].devices) for d in devices}
     dev_order = {d: v for d, v in dev_order.items() if v}
 
-    st, switches = _schedule_times(order, tasks, preds, offsets, dev_order, transitions)
+    st, switches = _schedule_times(order, tasks, preds, offsets, dev_order, transitions, idle_power)
     last = max(order, key=lambda k: st.end[k])   # first task (in order) reaching the makespan
     makespan = st.end[last]
     g_mk = st.g_end[last]
@@ -386,11 +394,8 @@ def dag_schedule(
              for key in leaf_var}
 
     # Dynamic part: tasks' d plus what a switch costs beyond idling through it.
-    idle_at = {d: idle_power.get(d) for d in devices}
-    sw_dyn = 0.0
-    for u in switches:
-        p = idle_at[u.device] if idle_at[u.device] is not None else _idle_share(tasks[u.after])
-        sw_dyn += max(u.energy_j - p * u.time_s, 0.0)
+    sw_dyn = math.fsum(u.energy_j - _gap_power(u.device, idle_power, tasks[u.after]) * u.time_s
+                       for u in switches)
     d_tot = math.fsum(tasks[k].d_j for k in names) + sw_dyn
     s_eff = (energy - d_tot) / makespan if makespan > 0 else sum(_idle_share(tasks[k]) for k in names)
     s_eff = max(s_eff, 0.0)

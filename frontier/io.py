@@ -23,8 +23,9 @@ or raw runs, turned into a signature by :meth:`Signature.from_runs`::
     {"s_w": 123.0, "runs": {"times_s": [...], "energies_j": [...]}}  # per-invocation T and E per run
 
 A signature file is ``{"schema_version": 1, "units": ..., "signatures": {name: signature}}``.
-Saving a composite keeps its values and variances but not its per-leaf sensitivities: loaded
-back it is a measured-like leaf.
+:func:`save_signatures` writes with ``frontier.pareto.signature_to_dict``, which adds a
+composite's per-leaf sensitivities (``composed``, ``terms``, bias bookkeeping), so a composite
+loaded back still shares error with its leaves; readers accept both forms.
 
 **Workbook** (``ecal compose`` / ``ecal check``): a signature file plus an optional
 ``"defaults"`` object (fields merged under every signature, e.g. ``{"s_w": 80, "devices":
@@ -205,7 +206,7 @@ def _check_header(file: str, doc: Any) -> dict:
 
 _SIG_FIELDS = {"name", "s_w", "time_s", "energy_j", "d_j", "sd_time_s", "sd_energy_j", "var_time_s2",
                "var_energy_j2", "run_sd_time_s", "run_sd_energy_j", "n", "devices", "omega", "kappa",
-               "theta", "meta", "runs", "description"}
+               "theta", "meta", "runs", "description", "composed"}
 
 
 def signature_to_dict(sig: Signature) -> dict[str, Any]:
@@ -325,14 +326,27 @@ def signature_from_dict(d: Any, file: str = "<dict>", path: str = "signature",
         raise FormatError(file, path, str(exc)) from None
 
 
+def _full_codec():
+    """(to_dict, from_dict) of ``frontier.pareto`` when present: it extends this module's leaf
+    format with a composite's per-leaf sensitivities, so composites survive a round trip.
+    Falls back to this module's leaf format."""
+    try:
+        from .pareto import signature_from_dict as full_from
+        from .pareto import signature_to_dict as full_to
+    except ImportError:  # pragma: no cover - pareto is part of the package
+        return signature_to_dict, signature_from_dict
+    return full_to, full_from
+
+
 def _parse_signatures(file: str, doc: Mapping, key: str = "signatures") -> dict[str, Signature]:
     sigs = _obj(file, key, doc.get(key, {}))
     defaults = _obj(file, "defaults", doc.get("defaults", {}))
     _unknown(file, "defaults", defaults, _SIG_FIELDS - {"name", "runs", "time_s", "energy_j", "d_j"})
+    _, from_dict = _full_codec()
     out: dict[str, Signature] = {}
     for nm, body in sigs.items():
         merged = {**defaults, **_obj(file, f"{key}.{nm}", body)}
-        out[nm] = signature_from_dict(merged, file, f"{key}.{nm}", name=nm)
+        out[nm] = from_dict(merged, file, f"{key}.{nm}", name=nm)
     return out
 
 
@@ -349,8 +363,9 @@ def save_signatures(path: str | os.PathLike, sigs: Mapping[str, Signature] | Ite
         if k in seen:
             raise FormatError(str(path), f"signatures.{k}", "two signatures have this name")
         seen.add(k)
+    to_dict, _ = _full_codec()
     doc = {"schema_version": SCHEMA_VERSION, "units": dict(UNITS),
-           "signatures": {k: signature_to_dict(s) for k, s in items}}
+           "signatures": {k: to_dict(s) for k, s in items}}
     return write_json_atomic(path, doc)
 
 

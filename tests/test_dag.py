@@ -179,3 +179,22 @@ def test_bad_inputs_name_the_task():
     with pytest.raises(CompositionError, match="cost"):
         dag({"a": a, "b": el("b", 1, 1, omega=OperatingPoint(sm_clock_mhz=900))}, [("a", "b")],
             transitions=object())
+
+
+def test_cheap_switch_still_costs_its_static_energy():
+    hi, lo = OperatingPoint(sm_clock_mhz=1980), OperatingPoint(sm_clock_mhz=1200)
+    a, b = el("a", 1.0, 10, omega=hi), el("b", 1.0, 10, omega=lo)
+    sch = dag_schedule({"a": a, "b": b}, [("a", "b")], transitions=Table(tau=0.5, eps=1.0))
+    assert sch.transition_energy_j == pytest.approx(80.0 * 0.5)      # max(1 J, 80 W x 0.5 s)
+    assert sch.energy_j == pytest.approx(a.energy_j + b.energy_j + 40.0)
+
+
+def test_with_the_projects_transition_table():
+    tt_mod = pytest.importorskip("frontier.transition")
+    hi, lo = OperatingPoint(sm_clock_mhz=1980), OperatingPoint(sm_clock_mhz=1200)
+    a, b = el("a", 1.0, 10, omega=hi), el("b", 1.0, 10, omega=lo)
+    table = tt_mod.TransitionTable.constant(0.01, 2.0)
+    sch = dag_schedule({"a": a, "b": b}, [("a", "b")], transitions=table)
+    elem = table.element(hi, lo, "gpu0", s_w=80.0)
+    assert sch.makespan_s == pytest.approx(2.01)
+    assert sch.energy_j == pytest.approx(seq(a, elem.with_(omega=lo), b).energy_j)
