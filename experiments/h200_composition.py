@@ -29,7 +29,7 @@ from frontier.h200 import (
     predict_composition,
     static_power_w,
 )
-from frontier.io import write_json_atomic
+from frontier.io import file_mode, write_json_atomic
 
 OUT_DEFAULT = Path(__file__).resolve().parent / "results"
 
@@ -116,6 +116,7 @@ def save_figure_atomic(fig: Figure, path: Path) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
+        os.chmod(tmp, file_mode())
         fig.savefig(tmp, format=path.suffix.lstrip(".") or "png", dpi=130, bbox_inches="tight")
         os.replace(tmp, path)
     except BaseException:

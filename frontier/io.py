@@ -108,6 +108,13 @@ def _finite_json(o: Any) -> Any:
     return o
 
 
+def file_mode() -> int:
+    """Permissions of a newly created regular file under the current umask (e.g. 0o644)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
     """Write ``obj`` as JSON to ``path`` atomically: a temp file in the same folder, fsync, then
     ``os.replace``; a reader never sees a partial file and a failure leaves the old one."""
@@ -117,6 +124,7 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
                       allow_nan=False) + "\n"
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
+        os.chmod(tmp, file_mode())   # mkstemp makes 0600; give the file the usual permissions
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()

@@ -214,3 +214,10 @@ def test_bundled_examples_load():
     flags = {r.name: (r.flagged_time, r.flagged_energy) for r in h.check()}
     assert flags == {"par_gemm8192_copy": (True, True), "par_gemm8192_axpy_sm4": (True, True),
                      "seq_gemm8192_copy": (True, False), "seq_gemm8192_axpy_sm4": (True, True)}
+
+
+def test_atomic_write_gives_usual_permissions(tmp_path):
+    from frontier.io import file_mode
+
+    p = write_json_atomic(tmp_path / "m.json", {})
+    assert p.stat().st_mode & 0o777 == file_mode()
