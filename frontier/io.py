@@ -466,7 +466,10 @@ def _eval(env: _Env, expr: Any, path: str, place: frozenset[str] | None) -> Sign
             for k in ("device", "duration_s", "s_w"):
                 if k not in body:
                     raise FormatError(f, f"{p}.{k}", "missing")
-            return idle_element(str(body["device"]), _num(f, f"{p}.duration_s", body["duration_s"]),
+            dev = str(body["device"])
+            if place is not None and len(place) == 1:
+                dev = next(iter(place))   # an idle element moves with the expression around it
+            return idle_element(dev, _num(f, f"{p}.duration_s", body["duration_s"]),
                                 _num(f, f"{p}.s_w", body["s_w"]), name=body.get("name"))
         return _eval_dag(env, expr, p, place, name)
     except FormatError:
@@ -618,12 +621,12 @@ class Workbook:
         """One line per composition (predicted T, E ± σ, bias bound): what ``ecal compose`` prints."""
         return [e.summary(alpha) for e in self.entries]
 
-    def to_dict(self, alpha: float = 0.05) -> dict[str, Any]:
+    def to_dict(self, alpha: float = 0.05, bias_aware: bool = False, n_tests: int = 1) -> dict[str, Any]:
         """JSON-ready dict of every composition (prediction, measurement, deviation)."""
         out = []
         for e in self.entries:
             d = e.to_dict(alpha)
-            r = e.deviation(alpha)
+            r = e.deviation(alpha, bias_aware, n_tests)
             if r is not None:
                 d["deviation"] = r.to_dict()
             out.append(d)

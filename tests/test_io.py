@@ -127,11 +127,13 @@ def test_workbook_expressions():
         {"name": "moved", "expr": {"on": "gpu1", "expr": "s"}},
         {"name": "m", "expr": {"par_multi": ["s", "moved"]}},
         {"name": "i", "expr": {"seq": ["a", {"idle": {"device": "gpu0", "duration_s": 0.5, "s_w": 40}}]}},
+        {"name": "i1", "expr": {"on": "gpu1", "expr": "i"}},
         {"name": "g", "expr": {"dag": {"tasks": {"x": "a", "y": {"on": "gpu1", "expr": "b"}},
                                         "deps": [["x", "y"]]}}},
     ])
     a, b = w.signatures["a"], w.signatures["b"]
-    assert isinstance(w, Workbook) and len(w.entries) == 7
+    assert isinstance(w, Workbook) and len(w.entries) == 8
+    assert w["i1"].predicted.devices == {"gpu1"}
     assert w["s"].predicted.energy_j == pytest.approx(seq(a, b).energy_j)
     assert w["p"].predicted.time_s == pytest.approx(2.0) and w["p"].predicted.energy_j == pytest.approx(
         par(a, b, offsets_s=[0.5, 0.0]).energy_j)
@@ -143,8 +145,8 @@ def test_workbook_expressions():
     assert w["g"].predicted.time_s == pytest.approx(3.0)
     assert w["g"].predicted.devices == {"gpu0", "gpu1"}
     lines = w.summary_lines()
-    assert len(lines) == 7 and lines[0].startswith("s: T = ") and "bias bound" in lines[0]
-    json.dumps(w.to_dict(), allow_nan=False)
+    assert len(lines) == 8 and lines[0].startswith("s: T = ") and "bias bound" in lines[0]
+    json.dumps(w.to_dict(bias_aware=True), allow_nan=False)
 
 
 @pytest.mark.parametrize("expr, path, problem", [
