@@ -400,7 +400,6 @@ def dag_schedule(
     s_eff = (energy - d_tot) / makespan if makespan > 0 else sum(_idle_share(tasks[k]) for k in names)
     s_eff = max(s_eff, 0.0)
 
-    on_cp = set(path)
     extra_t = sum(tasks[k].extra_var_time_s2 for k in path)
     extra_e = sum(tasks[k].extra_var_energy_j2 for k in names)
     vt, ve = variances_from_terms(terms, extra_t, extra_e)
@@ -412,8 +411,7 @@ def dag_schedule(
         var_time_s2=vt, var_energy_j2=ve, n=min(tasks[k].n for k in names),
         devices=frozenset(devices), omega=_common_omega([tasks[k] for k in names]), composed=True,
         meta={"source": "composed", "op": "dag", "parts": list(names), "critical_path": path,
-              "schedule": {k: [st.start[k], st.end[k]] for k in order},
-              "critical_tasks": sorted(on_cp)},
+              "schedule": {k: [st.start[k], st.end[k]] for k in order}},
         terms=terms, extra_var_time_s2=extra_t, extra_var_energy_j2=extra_e,
         bias_sigma_j=bias, head_sigma_j=head, all_sigma_j=all_s, runtime_sigma_j=runtime,
     )

@@ -133,7 +133,8 @@ def predict_composition(data: Mapping[str, Any], comp: Mapping[str, Any],
 
 
 def measured_signature(comp: Mapping[str, Any], s_w: float = 123.0) -> Signature:
-    """The directly measured composite, from its windows (variance of the mean)."""
+    """The directly measured composite, from its windows (variance of the mean). ``s_w`` only
+    splits E into s·T + d (pass :func:`static_power_w` of the data; 123 W is the H200's)."""
     t = [w["T_s"] for w in comp["windows"]]
     e = [w["E_J"] for w in comp["windows"]]
     return Signature.from_runs(f"{comp['name']} (measured)", t, e, s_w=s_w,
