@@ -198,3 +198,58 @@ def test_with_the_projects_transition_table():
     elem = table.element(hi, lo, "gpu0", s_w=80.0)
     assert sch.makespan_s == pytest.approx(2.01)
     assert sch.energy_j == pytest.approx(seq(a, elem.with_(omega=lo), b).energy_j)
+
+
+def _random_dag(rng, n, with_idle):
+    devs = ["gpu0", "gpu1", "gpu2"]
+    tasks = {}
+    for i in range(n):
+        k = int(rng.integers(1, 3)) if i % 4 == 3 else 1
+        dv = frozenset(rng.choice(devs, size=k, replace=False).tolist())
+        tasks[f"t{i}"] = el(f"t{i}", float(rng.uniform(0.1, 2.0)), float(rng.uniform(0, 50)),
+                            s=float(rng.uniform(40, 120)) * len(dv), dev=dv,
+                            sd_t=float(rng.uniform(0, 0.02)), sd_e=float(rng.uniform(0, 2)))
+    deps = [(f"t{i}", f"t{j}") for i in range(n) for j in range(i + 1, n) if rng.random() < 0.3]
+    offs = {f"t{i}": float(rng.uniform(0, 1)) for i in range(n) if rng.random() < 0.2}
+    idle_w = {d: float(rng.uniform(30, 90)) for d in devs} if with_idle else None
+    return tasks, deps, offs, idle_w
+
+
+@pytest.mark.parametrize("with_idle", [False, True])
+def test_sensitivities_match_finite_differences(with_idle):
+    """The delta-method terms of a DAG are the derivatives of its schedule's T and E."""
+    import numpy as np
+
+    rng = np.random.default_rng(11 + with_idle)
+    h = 1e-7
+    for _ in range(25):
+        tasks, deps, offs, idle_w = _random_dag(rng, int(rng.integers(2, 8)), with_idle)
+        base = dag(tasks, deps, idle_power_w=idle_w, offsets_s=offs)
+        for name, sig in tasks.items():
+            term = base.terms[sig.key]
+            bumped = dict(tasks, **{name: sig.with_(time_s=sig.time_s + h)})
+            up = dag(bumped, deps, idle_power_w=idle_w, offsets_s=offs)
+            assert (up.time_s - base.time_s) / h == pytest.approx(term.dT_dT, abs=1e-4)
+            assert (up.energy_j - base.energy_j) / h == pytest.approx(term.dE_dT, rel=1e-4, abs=1e-3)
+            bumped_d = dict(tasks, **{name: sig.with_(d_j=sig.d_j + 1e-3)})
+            up_d = dag(bumped_d, deps, idle_power_w=idle_w, offsets_s=offs)
+            assert (up_d.energy_j - base.energy_j) / 1e-3 == pytest.approx(term.dE_dd, rel=1e-6)
+
+
+def test_constant_idle_power_accounting_identity():
+    """With constant idle power: E = Σ_k idle_k·makespan + Σ_i (s_i − Σ_{k∈D_i} idle_k)·T_i + Σ d_i."""
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    for _ in range(25):
+        tasks, deps, offs, idle_w = _random_dag(rng, int(rng.integers(2, 8)), True)
+        sch = dag_schedule(tasks, deps, idle_power_w=idle_w, offsets_s=offs)
+        expect = sum(idle_w.values()) * sch.makespan_s + sum(
+            (t.s_w - sum(idle_w[d] for d in t.devices)) * t.time_s + t.d_j for t in tasks.values())
+        assert sch.energy_j == pytest.approx(expect)
+        # Tasks sharing a device never overlap.
+        for order in sch.device_order.values():
+            for a, b in zip(order, order[1:]):
+                assert sch.start_s[b] >= sch.end_s[a] - 1e-12
+        for a, b in deps:
+            assert sch.start_s[b] >= sch.end_s[a] - 1e-12
