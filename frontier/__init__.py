@@ -17,11 +17,33 @@ from .io import (
     write_json_atomic,
 )
 from .operating_point import OperatingPoint
+from .pareto import (
+    Frontier,
+    PruningWarning,
+    achievable_set,
+    compose_par,
+    compose_par_multi,
+    compose_seq,
+    pareto_frontier,
+    point_label,
+    signature_from_dict,
+    signature_to_dict,
+    thin,
+)
 from .signature import Signature, Term
+from .transition import TransitionTable
 
 __all__ = [
     "OperatingPoint", "Signature", "Term", "seq", "par", "par_multi", "idle", "clark_max",
     "EnergyCalculusError", "InvalidSignatureError", "CompositionError", "FormatError",
+]
+
+# Frontiers, their composition and transition elements (plots: ``import frontier.plot``,
+# kept out of the package import so matplotlib loads only when plotting).
+__all__ += [
+    "Frontier", "PruningWarning", "pareto_frontier", "achievable_set", "thin", "compose_seq",
+    "compose_par", "compose_par_multi", "point_label", "signature_to_dict", "signature_from_dict",
+    "TransitionTable",
 ]
 
 # Deviation checks (Eq. 23), DAG accounting and file formats (H200 data: ``frontier.h200``).
