@@ -1,0 +1,485 @@
+"""A simulated GPU with every knob, built from physics and calibrated to the H200 data.
+
+Everything happens in **virtual time**: nothing sleeps, so tests and demos are fast. The model:
+
+* **time** (roofline): compute time scales with the SM clock and the SMs the kernel gets;
+  memory time with the memory clock, and the bandwidth n SMs can pull saturates with n
+  (a p-norm of the per-SM and the HBM limits); the two combine as a smooth max;
+* **static power** rises with clock, voltage and temperature: board + C·V²·f clock tree +
+  leakage ∝ V·(1 + k·(θ − 40 °C)); ready ≈ 123 W at 1980 MHz, deep idle ≈ 79 W at 345 MHz;
+* **dynamic power** ∝ C·V²·f × activity (compute and data movement) plus HBM power;
+* the **power cap** is enforced the way firmware does it: the SM clock is lowered until the
+  board power fits (and dithers a little, so capped work varies run to run);
+* a **thermal RC** state (die temperature relaxes towards ambient + R·P with time constant τ);
+* an **energy counter** that ticks every ~100 ms (73–127 ms) with a little noise, and reads
+  that cost ~4 ms, like NVML's on the H200.
+
+Every output of this device says it is simulated (``simulated=True``, ``"simulated H200"``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from frontier.operating_point import OperatingPoint
+
+from .device import Device, OperatingSet, ReadOnlyError
+
+
+@dataclass(frozen=True)
+class SimSpec:
+    """Physical parameters of a simulated GPU (defaults: calibrated to the H200 data)."""
+
+    name: str = "H200"
+    sm_count: int = 132
+    sm_granularity: int = 8
+    sm_clock_max_mhz: float = 1980.0
+    sm_clock_min_mhz: float = 345.0
+    sm_clock_step_mhz: float = 15.0
+    mem_clocks_mhz: tuple[float, ...] = (3201.0, 2201.0)
+    power_limit_range_w: tuple[float, float] = (200.0, 700.0)
+    power_limit_default_w: float = 700.0
+    # voltage–frequency curve: V = v_min + (v_max − v_min)·x^v_gamma, x = clock fraction of range
+    v_min: float = 0.70
+    v_max: float = 1.00
+    v_gamma: float = 3.6
+    # static power, W
+    board_w: float = 45.0              # fans, VRM losses, board logic
+    mem_static_w: float = 10.0         # HBM refresh/PHY at the top memory clock
+    clock_tree_w: float = 40.0         # × V²·f/fmax
+    leak_w: float = 28.0               # × V·(1 + leak_temp_coeff·(θ − 40))
+    leak_temp_coeff: float = 0.006     # per °C
+    # dynamic power, W at V = 1, f = fmax
+    busy_w: float = 25.0               # front end, L2, NoC whenever a kernel runs
+    sm_w: float = 9.4                  # one SM at full compute activity
+    load_store_w: float = 300.0        # SM-side data movement at full HBM bandwidth
+    hbm_w: float = 266.0               # HBM at full bandwidth, × mem clock fraction
+    # throughput
+    flops_per_sm: float = 7.5e12       # bf16 dense per SM at fmax
+    mem_bw_bps: float = 5.27e12        # HBM streaming limit at the top memory clock
+    sm_bw_bps: float = 79.8e9          # what one SM can pull
+    sm_bw_clock_exp: float = 0.3       # per-SM bandwidth ∝ (f/fmax)^this (latency-bound)
+    bw_norm_p: float = 1.47            # p-norm combining the per-SM and HBM limits
+    roofline_q: float = 4.0            # smooth max of compute and memory time
+    # thermal
+    ambient_c: float = 28.0
+    thermal_r_c_per_w: float = 0.052
+    thermal_tau_s: float = 4.0
+    # NVML-like counter
+    tick_s: float = 0.100
+    tick_jitter_s: float = 0.008
+    tick_min_s: float = 0.073
+    tick_max_s: float = 0.127
+    counter_noise_j: float = 0.05
+    read_cost_s: float = 0.004
+    cap_clock_dither: float = 0.012    # relative clock dither when power-capped
+    time_jitter: float = 2e-5          # relative run-to-run time noise when not capped
+
+    def supported_sm_clocks(self) -> tuple[float, ...]:
+        """SM clocks (MHz, descending) in steps of ``sm_clock_step_mhz``."""
+        n = int(round((self.sm_clock_max_mhz - self.sm_clock_min_mhz) / self.sm_clock_step_mhz))
+        return tuple(self.sm_clock_max_mhz - i * self.sm_clock_step_mhz for i in range(n + 1))
+
+
+#: The H200 the project measured (``data/h200``).
+H200 = SimSpec()
+
+
+@dataclass(frozen=True)
+class SimKernel:
+    """Work for the simulated GPU.
+
+    ``flops`` and ``bytes`` (HBM traffic) set the roofline time; ``link_bytes`` is P2P traffic
+    over NVLink (a communication kernel: a few SMs saturate the link). ``compute_eff`` is the
+    fraction of peak FLOP rate the kernel reaches, ``mem_eff`` of peak bandwidth. ``activity``
+    scales per-SM dynamic power (tensor-core heavy ≈ 1). ``sm_request``: a persistent kernel
+    that launches on only that many SMs (e.g. a Triton grid of 4). ``kappa``/``theta`` name the
+    implementation and workload.
+    """
+
+    name: str
+    flops: float = 0.0
+    bytes: float = 0.0
+    link_bytes: float = 0.0
+    compute_eff: float = 1.0
+    mem_eff: float = 1.0
+    activity: float = 1.0
+    sm_request: int | None = None
+    overhead_s: float = 0.0
+    link_bw_bps: float = 300e9
+    link_sm_sat: int = 16
+    kappa: str | None = None
+    theta: str | None = None
+
+    def __post_init__(self) -> None:
+        for k in ("flops", "bytes", "link_bytes", "overhead_s"):
+            if getattr(self, k) < 0:
+                raise ValueError(f"SimKernel {self.name!r}: {k} must be >= 0")
+        if self.flops == 0 and self.bytes == 0 and self.link_bytes == 0 and self.overhead_s == 0:
+            raise ValueError(f"SimKernel {self.name!r} does no work (flops, bytes, link_bytes all 0)")
+
+
+_ATT_FLOPS = 4 * 4 * 32 * 4096 * 4096 * 128 / 2   # causal SDPA, B=4 H=32 S=4096 D=128
+_ATT_THETA = "bf16 causal attention B=4 H=32 S=4096 D=128"
+_AXPY_BYTES = 3 * 2 * 2**30                      # read x, y; write y (2 GiB vectors)
+
+
+def _axpy(n: int) -> SimKernel:
+    return SimKernel(f"axpy_triton_sm{n}", bytes=_AXPY_BYTES, mem_eff=0.958, flops=2 * 2**29,
+                     activity=0.0, sm_request=n, kappa="Triton persistent axpy",
+                     theta="fp32 y = 0.5x + y over 2 GiB vectors")
+
+
+def _gemm(n: int, name: str | None = None, eff: float = 0.927, act: float = 1.0) -> SimKernel:
+    return SimKernel(name or f"gemm_bf16_{n}", flops=2.0 * n**3, bytes=3 * 2.0 * n * n,
+                     compute_eff=eff, activity=act, kappa="cuBLAS matmul (torch.matmul)",
+                     theta=f"bf16 {n}x{n} @ {n}x{n}")
+
+
+def _attention(backend: str, eff: float, act: float, extra_bytes: float = 0.0) -> SimKernel:
+    return SimKernel(f"attention_{backend}", flops=_ATT_FLOPS, bytes=4 * 4 * 32 * 4096 * 128 * 2 + extra_bytes,
+                     compute_eff=eff, activity=act,
+                     kappa=f"torch scaled_dot_product_attention backend {backend}", theta=_ATT_THETA)
+
+
+#: Kernels matching the H200 data elements (calibrated at the default operating point).
+PRESETS: dict[str, SimKernel] = {
+    k.name: k for k in [
+        _gemm(8192),
+        _gemm(4096, eff=0.90, act=0.95),
+        SimKernel("copy_2GiB", bytes=2 * 2**31, mem_eff=1.0, activity=0.0, kappa="torch copy_",
+                  theta="fp32 copy of 2 GiB"),
+        *[_axpy(n) for n in (4, 16, 33, 66, 132)],
+        _attention("flash", eff=0.318, act=0.41),
+        _attention("efficient", eff=0.171, act=0.405),
+        _attention("cudnn", eff=0.575, act=0.54),
+        _attention("math", eff=0.0117, act=0.10, extra_bytes=160e9),
+        # pipeline-stage work (the `ecal demo` pipeline step): forward/backward compute and a
+        # P2P send whose SM allocation matters (a few SMs saturate the link).
+        SimKernel("stage_forward", flops=2.2e11, bytes=6e9, compute_eff=0.8, activity=0.85,
+                  kappa="fused forward", theta="transformer stage forward, 4 layers"),
+        SimKernel("stage_backward", flops=4.4e11, bytes=1.2e10, compute_eff=0.75, activity=0.85,
+                  kappa="fused backward", theta="transformer stage backward, 4 layers"),
+        SimKernel("p2p_send", link_bytes=64 * 2**20, bytes=2 * 64 * 2**20, activity=0.2,
+                  kappa="NCCL send", theta="64 MiB activation over NVLink"),
+    ]
+}
+
+
+def preset(name: str) -> SimKernel:
+    """A preset kernel by name (``KeyError`` lists the known names)."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise KeyError(f"unknown simulated kernel {name!r}; known: {sorted(PRESETS)}") from None
+
+
+@dataclass(frozen=True)
+class KernelState:
+    """Per-invocation time and board power of a kernel at one clock/temperature."""
+
+    time_s: float
+    power_w: float
+    sm_clock_mhz: float
+    capped: bool
+    sm_used: int
+
+
+@dataclass
+class _Counter:
+    value_j: float = 0.0       # what a read returns (the last tick's value)
+    next_tick_s: float = 0.1
+
+
+class SimulatedGPU(Device):
+    """A simulated GPU (default: the H200) in virtual time. See the module docstring.
+
+    >>> gpu = SimulatedGPU(seed=0)
+    >>> t0, e0 = gpu.time_s(), gpu.energy_j()
+    >>> gpu.run(preset("gemm_bf16_8192"), n=600)
+    >>> round(gpu.time_s() - t0, 1) >= 0.9
+    True
+    """
+
+    simulated = True
+
+    def __init__(self, seed: int = 0, spec: SimSpec = H200, read_only: bool = False,
+                 start_temperature_c: float | None = None):
+        self.spec = spec
+        self.read_only = bool(read_only)
+        self.name = f"simulated {spec.name}"
+        self._rng = np.random.default_rng(seed)
+        self._t = 0.0
+        self._e_true = 0.0
+        self._counter = _Counter(next_tick_s=self._tick_interval())
+        self._op = self.operating_set().default
+        self._original = self._op
+        self._set_calls: list[OperatingPoint] = []
+        self._last_capped = False
+        self._busy = False
+        self._last_clock = spec.sm_clock_max_mhz
+        ready = self._static_w(spec.sm_clock_max_mhz, spec.mem_clocks_mhz[0], 40.0)
+        self._temp = (spec.ambient_c + spec.thermal_r_c_per_w * ready
+                      if start_temperature_c is None else float(start_temperature_c))
+
+    # -- physics ----------------------------------------------------------------------------
+    def voltage_v(self, sm_clock_mhz: float) -> float:
+        """Core voltage at an SM clock (V-f curve)."""
+        s = self.spec
+        x = (sm_clock_mhz - s.sm_clock_min_mhz) / (s.sm_clock_max_mhz - s.sm_clock_min_mhz)
+        x = min(max(x, 0.0), 1.0)
+        return s.v_min + (s.v_max - s.v_min) * x**s.v_gamma
+
+    def _v2f(self, f: float) -> float:
+        return self.voltage_v(f) ** 2 * f / self.spec.sm_clock_max_mhz
+
+    def _static_w(self, f: float, fmem: float, temp_c: float) -> float:
+        s = self.spec
+        v = self.voltage_v(f)
+        return (s.board_w + s.mem_static_w * fmem / s.mem_clocks_mhz[0] + s.clock_tree_w * self._v2f(f)
+                + s.leak_w * v * (1.0 + s.leak_temp_coeff * (temp_c - 40.0)))
+
+    def static_power_w(self, op: OperatingPoint | None = None, temperature_c: float | None = None) -> float:
+        """Ready power (context alive, no kernels) at ``op``'s clocks and a temperature, W."""
+        op = op or self._op
+        f = op.sm_clock_mhz or self.spec.sm_clock_max_mhz
+        fmem = op.mem_clock_mhz or self.spec.mem_clocks_mhz[0]
+        return self._static_w(f, fmem, self._temp if temperature_c is None else temperature_c)
+
+    def deep_idle_power_w(self) -> float:
+        """Power with no CUDA context (lowest clock, cool), W — the ≈79 W "deep idle"."""
+        s = self.spec
+        return self._static_w(s.sm_clock_min_mhz, s.mem_clocks_mhz[0],
+                              s.ambient_c + s.thermal_r_c_per_w * 79.0)
+
+    def _times(self, k: SimKernel, f: float, fmem: float, n_sm: int) -> tuple[float, float, float, float]:
+        """(time, compute time, memory time, link time) of one invocation."""
+        s = self.spec
+        fr = f / s.sm_clock_max_mhz
+        t_c = k.flops / (s.flops_per_sm * k.compute_eff * n_sm * fr) if k.flops else 0.0
+        t_m = 0.0
+        if k.bytes:
+            hbm = s.mem_bw_bps * k.mem_eff * fmem / s.mem_clocks_mhz[0]
+            per_sm = s.sm_bw_bps * n_sm * fr**s.sm_bw_clock_exp
+            p = s.bw_norm_p
+            bw = (hbm**-p + per_sm**-p) ** (-1.0 / p)
+            t_m = k.bytes / bw
+        t_l = k.link_bytes / (k.link_bw_bps * min(1.0, n_sm / k.link_sm_sat)) if k.link_bytes else 0.0
+        q = s.roofline_q
+        t = (t_c**q + t_m**q + t_l**q) ** (1.0 / q) + k.overhead_s
+        return t, t_c, t_m, t_l
+
+    def kernel_state(self, k: SimKernel, op: OperatingPoint | None = None,
+                     temperature_c: float | None = None, sm_count: int | None = None) -> KernelState:
+        """Steady per-invocation time and power of ``k`` (the cap lowers the clock to fit)."""
+        s = self.spec
+        op = op or self._op
+        temp = self._temp if temperature_c is None else temperature_c
+        fmem = op.mem_clock_mhz or s.mem_clocks_mhz[0]
+        cap = op.power_limit_w or s.power_limit_default_w
+        alloc = sm_count if sm_count is not None else op.sm_count
+        n_sm = self.operating_set().granted_sm_count(alloc) if alloc else s.sm_count
+        if k.sm_request is not None:
+            n_sm = min(n_sm, k.sm_request)
+        f_max = op.sm_clock_mhz or s.sm_clock_max_mhz
+
+        def at(f: float) -> tuple[float, float]:
+            t, t_c, t_m, t_l = self._times(k, f, fmem, n_sm)
+            busy = t - k.overhead_s
+            u_c = t_c / t if t > 0 else 0.0
+            u_m = (k.bytes / t) / s.mem_bw_bps if t > 0 else 0.0
+            u_l = t_l / t if t > 0 else 0.0
+            dyn = (self._v2f(f) * (s.busy_w * (busy / t) + s.sm_w * n_sm * u_c * k.activity
+                                   + s.load_store_w * u_m + s.sm_w * 2 * min(n_sm, k.link_sm_sat) * u_l * k.activity)
+                   + s.hbm_w * u_m * fmem / s.mem_clocks_mhz[0])
+            return t, self._static_w(f, fmem, temp) + dyn
+
+        t, p = at(f_max)
+        if p <= cap:
+            return KernelState(t, p, f_max, False, n_sm)
+        lo, hi = s.sm_clock_min_mhz, f_max
+        for _ in range(40):   # firmware: highest clock whose power fits under the cap
+            mid = 0.5 * (lo + hi)
+            if at(mid)[1] > cap:
+                hi = mid
+            else:
+                lo = mid
+        t, p = at(lo)
+        return KernelState(t, p, lo, True, n_sm)
+
+    # -- virtual time, energy counter, thermal state ---------------------------------------
+    def _tick_interval(self) -> float:
+        s = self.spec
+        return float(np.clip(s.tick_s + s.tick_jitter_s * self._rng.standard_normal(), s.tick_min_s, s.tick_max_s))
+
+    def _advance(self, dt: float, power_w: float) -> None:
+        """Move virtual time by ``dt`` at constant board power (ticks and temperature)."""
+        if dt <= 0:
+            return
+        s = self.spec
+        end = self._t + dt
+        c = self._counter
+        while c.next_tick_s <= end:
+            e_at_tick = self._e_true + power_w * (c.next_tick_s - self._t)
+            c.value_j = max(c.value_j, round(e_at_tick + s.counter_noise_j * self._rng.standard_normal(), 3))
+            c.next_tick_s += self._tick_interval()
+        self._e_true += power_w * dt
+        self._t = end
+        target = s.ambient_c + s.thermal_r_c_per_w * power_w
+        self._temp = target + (self._temp - target) * math.exp(-dt / s.thermal_tau_s)
+
+    def _ready_w(self) -> float:
+        return self.static_power_w()
+
+    # -- Device interface -------------------------------------------------------------------
+    def energy_j(self) -> float:
+        """Cumulative energy counter (J); a read costs ``read_cost_s`` of virtual time."""
+        self._advance(self.spec.read_cost_s, self._ready_w())
+        return self._counter.value_j
+
+    def true_energy_j(self) -> float:
+        """The exact integral of power so far (the simulator's ground truth), J."""
+        return self._e_true
+
+    def time_s(self) -> float:
+        """Virtual time, s."""
+        return self._t
+
+    def idle(self, duration_s: float) -> None:
+        """Stay ready (context alive, no kernels) for ``duration_s`` of virtual time."""
+        self._busy = False
+        self._last_capped = False
+        self._advance(float(duration_s), self._ready_w())
+
+    def operating_set(self) -> OperatingSet:
+        """SM clocks 345–1980 MHz in 15 MHz steps for both memory clocks, 200–700 W, 132 SMs."""
+        s = self.spec
+        clocks = s.supported_sm_clocks()
+        return OperatingSet(sm_clocks_mhz={m: clocks for m in s.mem_clocks_mhz},
+                            power_limit_range_w=s.power_limit_range_w, sm_count=s.sm_count,
+                            sm_granularity=s.sm_granularity,
+                            default=OperatingPoint(power_limit_w=s.power_limit_default_w))
+
+    def get_operating_point(self) -> OperatingPoint:
+        """The settings in force (None = device default)."""
+        return self._op
+
+    def set_operating_point(self, op: OperatingPoint) -> None:
+        """Lock clocks / set the power cap / SM allocation (validated first)."""
+        if self.read_only and op.dev != OperatingPoint() and op.dev != self._op.dev:
+            raise ReadOnlyError(f"{self.name} was opened read-only: refusing to set {op.dev.label()} "
+                                "(only SM allocation and implementation can be swept)")
+        self.operating_set().validate(op)
+        new = OperatingPoint(
+            sm_clock_mhz=op.sm_clock_mhz if op.sm_clock_mhz is not None else self._op.sm_clock_mhz,
+            mem_clock_mhz=op.mem_clock_mhz if op.mem_clock_mhz is not None else self._op.mem_clock_mhz,
+            power_limit_w=op.power_limit_w if op.power_limit_w is not None else self._op.power_limit_w,
+            sm_count=op.sm_count)
+        self._set_calls.append(new)
+        self._op = new
+
+    def restore(self) -> None:
+        """Back to the settings found at construction."""
+        self._op = self._original
+
+    def temperature_c(self) -> float:
+        """Die temperature, °C (rounded like NVML)."""
+        return float(round(self._temp))
+
+    def clocks_mhz(self) -> dict[str, float]:
+        """Current SM clock (the last kernel's, or the locked/max clock when ready) and memory clock."""
+        s = self.spec
+        f = self._last_clock if self._busy else (self._op.sm_clock_mhz or s.sm_clock_max_mhz)
+        step = s.sm_clock_step_mhz
+        return {"sm": float(math.floor(f / step) * step if f % step else f),
+                "mem": float(self._op.mem_clock_mhz or s.mem_clocks_mhz[0])}
+
+    def throttle_reasons(self) -> tuple[str, ...]:
+        """``SwPowerCap`` while the last work was power-capped; ``GpuIdle`` when ready."""
+        reasons = []
+        if not self._busy:
+            reasons.append("GpuIdle")
+        if self._last_capped:
+            reasons.append("SwPowerCap")
+        if self._op.sm_clock_mhz is not None:
+            reasons.append("ApplicationsClocksSetting")
+        return tuple(reasons)
+
+    def run(self, work: Any, n: int = 1, sm_count: int | None = None) -> None:
+        """Run ``work`` n times: a :class:`SimKernel`, a sequence of them (in order), or a
+        callable (called n times; it may drive this device itself)."""
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n}")
+        if isinstance(work, SimKernel):
+            self._run_kernel(work, int(n), sm_count)
+        elif isinstance(work, Sequence) and all(isinstance(k, SimKernel) for k in work):
+            for _ in range(int(n)):
+                for k in work:
+                    self._run_kernel(k, 1, sm_count)
+        elif callable(work):
+            for _ in range(int(n)):
+                work()
+        else:
+            raise TypeError(f"cannot run {type(work).__name__} on {self.name}: "
+                            "give a SimKernel, a list of SimKernels or a callable")
+
+    def _run_kernel(self, k: SimKernel, n: int, sm_count: int | None, chunk_s: float = 0.05) -> None:
+        s = self.spec
+        self._busy = True
+        left = n
+        while left > 0:
+            st = self.kernel_state(k, sm_count=sm_count)
+            jitter = s.cap_clock_dither if st.capped else s.time_jitter
+            m = max(1, min(left, int(chunk_s / max(st.time_s, 1e-9))))
+            # Under the cap, the firmware dithers the clock: time and power move together
+            # so the power stays at the cap.
+            scale = 1.0 + jitter * float(self._rng.standard_normal())
+            dt = st.time_s * m * scale
+            power = st.power_w if st.capped else st.power_w / scale
+            self._last_capped = st.capped
+            self._last_clock = st.sm_clock_mhz / scale if st.capped else st.sm_clock_mhz
+            self._advance(dt, power)
+            left -= m
+
+    def run_parallel(self, streams: Sequence[tuple[SimKernel, int, int | None]]) -> None:
+        """Same-device parallel run: each (kernel, n, sm_count) stream on its own SM partition,
+        started together. The board power (and so the cap) and HBM bandwidth are shared: phases
+        last until one stream finishes, then the rest continue alone."""
+        left = {i: float(n) for i, (_, n, _) in enumerate(streams) if n > 0}
+        self._busy = True
+        while left:
+            states = {i: self.kernel_state(streams[i][0], sm_count=streams[i][2]) for i in left}
+            # HBM shared: scale memory-bound streams when total demand exceeds the bandwidth
+            demand = sum(streams[i][0].bytes / states[i].time_s for i in left) / self.spec.mem_bw_bps
+            slow = max(1.0, demand / 0.95)
+            static = self.static_power_w()
+            dyn = sum(st.power_w - static for st in states.values())
+            power = static + dyn / slow
+            cap = self._op.power_limit_w or self.spec.power_limit_default_w
+            over = max(1.0, (power - static) / max(cap - static, 1e-9))
+            rate = {i: 1.0 / (states[i].time_s * slow * over ** 0.5) for i in left}
+            power = min(power, cap) if over > 1 else power
+            dt = min(left[i] / rate[i] for i in left)
+            dt = min(dt, 0.05)
+            self._last_capped = over > 1
+            self._advance(dt, power)
+            for i in list(left):
+                left[i] -= rate[i] * dt
+                if left[i] <= 1e-9:
+                    del left[i]
+
+    def describe(self) -> dict[str, Any]:
+        """Metadata: always says simulated."""
+        return {"device": self.name, "simulated": True, "read_only": self.read_only, "seed_model": "physics"}
+
+
+def with_spec(**changes: Any) -> SimSpec:
+    """An H200 spec with some parameters changed (for what-if studies)."""
+    return replace(H200, **changes)
+
+
