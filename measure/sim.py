@@ -79,6 +79,7 @@ class SimSpec:
     read_cost_s: float = 0.004
     cap_clock_dither: float = 0.012    # relative clock dither when power-capped
     time_jitter: float = 2e-5          # relative run-to-run time noise when not capped
+    power_noise: float = 0.01          # relative board-power fluctuation per 50 ms of work
 
     def supported_sm_clocks(self) -> tuple[float, ...]:
         """SM clocks (MHz, descending) in steps of ``sm_clock_step_mhz``."""
@@ -441,6 +442,7 @@ class SimulatedGPU(Device):
             scale = 1.0 + jitter * float(self._rng.standard_normal())
             dt = st.time_s * m * scale
             power = st.power_w if st.capped else st.power_w / scale
+            power *= 1.0 + s.power_noise * float(self._rng.standard_normal())
             self._last_capped = st.capped
             self._last_clock = st.sm_clock_mhz / scale if st.capped else st.sm_clock_mhz
             self._advance(dt, power)

@@ -1,0 +1,47 @@
+"""measure: devices and protocols.
+
+* :class:`Device` — the interface (energy counter, clock, operating set, setters, ``run``);
+  typed errors (:class:`DeviceError`, :class:`PermissionDeniedError`,
+  :class:`UnsupportedSettingError`, :class:`ReadOnlyError`, :class:`FeatureUnavailableError`);
+  :func:`restoring` puts settings back on exit, exception, SIGINT and SIGTERM.
+* :class:`SimulatedGPU` — physics-based H200 in virtual time (``simulated=True`` everywhere);
+  :class:`SimKernel` work and ``PRESETS`` matching the H200 data elements.
+* :class:`NVMLDevice` — a real GPU through pynvml (``read_only=True`` never changes settings).
+* :mod:`measure.replay` — signatures from recorded tables (H200, Zeus, NV-DVFS, Perseus).
+* :mod:`measure.sm_alloc` — run work on n SMs via CUDA green contexts (optional torch).
+* :class:`Protocol`, :func:`measure_point` — warm-up, null context, tick-aligned windows,
+  repetitions to a target relative standard error.
+* :func:`characterize` / :func:`sweep` over ω × κ grids (:func:`parse_grid`), resumable.
+* :class:`PlanApplier` — apply per-element operating points around their execution.
+* :func:`open_device` — ``"sim"``, ``"sim:h200"``, ``"nvml:0"``.
+
+Imports ``frontier``, never ``solvers``.
+"""
+
+from .apply import PlanApplier
+from .characterize import CharacterizationResult, characterize
+from .device import (
+    Device,
+    DeviceError,
+    FeatureUnavailableError,
+    OperatingSet,
+    PermissionDeniedError,
+    ReadOnlyError,
+    UnsupportedSettingError,
+    restoring,
+)
+from .factory import open_device, resolve_work
+from .grid import Grid, GridError, parse_grid
+from .nvml import NVMLDevice
+from .protocol import NAIVE_5S, Protocol, measure_point, measure_ready_power_w
+from .sim import H200, PRESETS, SimKernel, SimSpec, SimulatedGPU, preset
+from .sweep import Progress, SweepResult, print_progress, sweep
+
+__all__ = [
+    "Device", "DeviceError", "PermissionDeniedError", "UnsupportedSettingError", "ReadOnlyError",
+    "FeatureUnavailableError", "OperatingSet", "restoring",
+    "SimulatedGPU", "SimKernel", "SimSpec", "H200", "PRESETS", "preset",
+    "NVMLDevice", "Protocol", "NAIVE_5S", "measure_point", "measure_ready_power_w",
+    "Grid", "GridError", "parse_grid", "sweep", "SweepResult", "Progress", "print_progress",
+    "characterize", "CharacterizationResult", "PlanApplier", "open_device", "resolve_work",
+]

@@ -1,0 +1,103 @@
+"""``characterize``: one call from work to signatures and their frontier."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from frontier.signature import Signature
+
+from .device import Device
+from .grid import Grid
+from .protocol import Protocol
+from .sweep import Progress, print_progress, sweep
+
+
+@dataclass(frozen=True)
+class CharacterizationResult:
+    """Signatures of one element over a grid (in grid order), its (T, E) frontier (``None`` when
+    the Pareto module is unavailable), the points skipped by early stop, and metadata (the
+    device, whether it is simulated, the grid, the results file)."""
+
+    element: str
+    signatures: tuple[Signature, ...]
+    frontier: Any = None
+    skipped: tuple = ()
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def simulated(self) -> bool:
+        """Whether the signatures come from the simulated GPU."""
+        return bool(self.meta.get("simulated"))
+
+    def frontier_signatures(self) -> tuple[Signature, ...]:
+        """The frontier's points (all signatures when no frontier could be built)."""
+        if self.frontier is None:
+            return self.signatures
+        pts = getattr(self.frontier, "points", None)
+        return tuple(pts) if pts is not None else tuple(self.frontier)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: ``signatures`` (full codec), frontier point labels, metadata."""
+        from frontier.io import signature_to_dict
+
+        front = {s.key for s in self.frontier_signatures()} if self.frontier is not None else set()
+        return {
+            "format": "energy-calculus/characterization", "element": self.element,
+            "simulated": self.simulated, "device": self.meta.get("device"),
+            "meta": dict(self.meta),
+            "signatures": [signature_to_dict(s) for s in self.signatures],
+            "frontier": [i for i, s in enumerate(self.signatures) if s.key in front],
+            "skipped": [{"kappa": k, "omega": op.to_dict()} for k, op in self.skipped],
+        }
+
+    def save(self, path: str | Path) -> Path:
+        """Write the signatures in the project's signature-file format (atomic)."""
+        from frontier.io import save_signatures
+
+        return save_signatures(path, list(self.signatures))
+
+
+def frontier_of(sigs: tuple[Signature, ...]) -> Any:
+    """The (T, E) Pareto frontier via ``frontier.pareto`` (imported lazily; None if missing)."""
+    if not sigs:
+        return None
+    try:
+        from frontier.pareto import pareto_frontier
+    except ImportError:
+        return None
+    return pareto_frontier(list(sigs))
+
+
+def characterize(fn: Any, device: Device | None = None, grid: str | Grid | Mapping | None = None,
+                 results_path: str | None = None, protocol: Protocol | None = None,
+                 name: str | None = None, early_stop_k: int | None = None,
+                 progress: Callable[[Progress], None] | None = print_progress,
+                 theta: str | None = None) -> CharacterizationResult:
+    """Measure ``fn`` (a work, or a mapping κ label → work) over ``grid`` on ``device``
+    (default: a simulated H200) and return its signatures and frontier.
+
+    The grid is rejected before any device change if a point is unsupported; the device is
+    restored afterwards (also on exceptions and Ctrl-C); each point is appended to
+    ``results_path`` as measured and a rerun resumes from it.
+    """
+    if device is None:
+        from .sim import SimulatedGPU
+
+        device = SimulatedGPU()
+    works = dict(fn) if isinstance(fn, Mapping) else {None: fn}
+    if not works:
+        raise ValueError("characterize: no work given")
+    element = name or _name_of(next(iter(works.values())))
+    res = sweep(device, works, element, grid=grid, protocol=protocol or Protocol(),
+                results_path=results_path, progress=progress, early_stop_k=early_stop_k, theta=theta)
+    meta = dict(res.meta)
+    meta.update(measured=res.measured, resumed=res.resumed)
+    return CharacterizationResult(element, res.signatures, frontier_of(res.signatures), res.skipped, meta)
+
+
+def _name_of(work: Any) -> str:
+    n = getattr(work, "name", None) or getattr(work, "__name__", None)
+    return str(n) if n else "element"

@@ -1,0 +1,138 @@
+"""Operating-point grids: ``sm_clock_mhz=1980:1200:-60,power_limit_w=700,500`` and friends.
+
+A grid is the cartesian product of per-knob value lists. It is validated against a device's
+:class:`~measure.device.OperatingSet` *before* anything on the device changes.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from frontier.operating_point import OperatingPoint
+
+from .device import OperatingSet, ReadOnlyError, UnsupportedSettingError
+
+#: Knobs a grid may vary, in the order points are generated (outermost first). The SM clock is
+#: innermost so an early stop along falling clocks skips the rest of one clock scan only.
+KNOBS = ("power_limit_w", "mem_clock_mhz", "sm_count", "sm_clock_mhz")
+DEVICE_KNOBS = ("sm_clock_mhz", "mem_clock_mhz", "power_limit_w")
+
+
+class GridError(UnsupportedSettingError):
+    """A grid string or mapping is malformed (names the token and what is expected)."""
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Per-knob values; points are their cartesian product (knobs not given stay as they are)."""
+
+    axes: Mapping[str, tuple[float, ...]]
+
+    def __post_init__(self) -> None:
+        axes = {}
+        for k, vs in dict(self.axes).items():
+            if k not in KNOBS:
+                raise GridError(f"unknown knob {k!r} in grid; known: {', '.join(KNOBS)}")
+            vals = tuple(dict.fromkeys(float(v) for v in vs))   # keep order, drop repeats
+            if not vals:
+                raise GridError(f"knob {k!r} has no values")
+            if any(not v > 0 for v in vals):
+                raise GridError(f"knob {k!r} has a value <= 0: {vals}")
+            if k == "sm_count" and any(v != int(v) for v in vals):
+                raise GridError(f"sm_count values must be integers: {vals}")
+            axes[k] = vals
+        object.__setattr__(self, "axes", MappingProxyType(axes))
+
+    @classmethod
+    def parse(cls, text: str) -> Grid:
+        """Parse ``knob=v1,v2,...`` and ``knob=start:stop:step`` (inclusive) clauses, separated
+        by commas; a bare value continues the previous knob. Empty text → the current point."""
+        axes: dict[str, list[float]] = {}
+        knob: str | None = None
+        for raw in (t.strip() for t in text.split(",")):
+            if not raw:
+                continue
+            if "=" in raw:
+                knob, _, raw = (x.strip() for x in raw.partition("="))
+                if knob not in KNOBS:
+                    raise GridError(f"unknown knob {knob!r} in grid {text!r}; known: {', '.join(KNOBS)}")
+                if knob in axes:
+                    raise GridError(f"knob {knob!r} given twice in grid {text!r}")
+                axes[knob] = []
+            if knob is None:
+                raise GridError(f"grid {text!r}: value {raw!r} comes before any 'knob='")
+            axes[knob].extend(_values(raw, knob, text))
+        return cls({k: tuple(v) for k, v in axes.items()})
+
+    def points(self) -> list[OperatingPoint]:
+        """All operating points (SM clock varying fastest, in the order given)."""
+        keys = [k for k in KNOBS if k in self.axes]
+        if not keys:
+            return [OperatingPoint()]
+        return [OperatingPoint(**dict(zip(keys, combo)))
+                for combo in itertools.product(*(self.axes[k] for k in keys))]
+
+    def __len__(self) -> int:
+        n = 1
+        for v in self.axes.values():
+            n *= len(v)
+        return n
+
+    @property
+    def changes_device(self) -> bool:
+        """Whether any point needs a device-wide setting (clock or power limit) changed."""
+        return any(k in self.axes for k in DEVICE_KNOBS)
+
+    def validate(self, opset: OperatingSet, read_only: bool = False) -> None:
+        """Check every point against ``opset`` (and the read-only guard) before any change."""
+        if read_only and self.changes_device:
+            bad = [k for k in DEVICE_KNOBS if k in self.axes]
+            raise ReadOnlyError(f"the device is read-only but the grid varies {', '.join(bad)}; "
+                                "a read-only sweep may vary only sm_count (and implementations)")
+        for p in self.points():
+            opset.validate(p)
+
+    def to_dict(self) -> dict[str, list[float]]:
+        """JSON-ready axes."""
+        return {k: list(v) for k, v in self.axes.items()}
+
+    def label(self) -> str:
+        """The grid as a string :meth:`parse` accepts."""
+        return ",".join(f"{k}=" + ",".join(f"{v:g}" for v in vs) for k, vs in self.axes.items())
+
+
+def _values(token: str, knob: str, text: str) -> list[float]:
+    if ":" in token:
+        parts = token.split(":")
+        if len(parts) != 3:
+            raise GridError(f"grid {text!r}: range {token!r} for {knob} must be start:stop:step")
+        try:
+            start, stop, step = (float(p) for p in parts)
+        except ValueError:
+            raise GridError(f"grid {text!r}: range {token!r} for {knob} has a non-number") from None
+        if step == 0 or (stop - start) * step < 0:
+            raise GridError(f"grid {text!r}: range {token!r} for {knob}: step {step:g} never reaches {stop:g}")
+        n = int(round((stop - start) / step + 1e-9))
+        vals = [start + i * step for i in range(n + 1) if (start + i * step - stop) * step <= 1e-9]
+        return vals
+    try:
+        return [float(token)]
+    except ValueError:
+        raise GridError(f"grid {text!r}: value {token!r} for {knob} is not a number") from None
+
+
+def parse_grid(spec: str | Grid | Mapping[str, Sequence[float]] | None) -> Grid:
+    """A :class:`Grid` from a string, a mapping knob → values, a Grid, or None (current point)."""
+    if spec is None:
+        return Grid({})
+    if isinstance(spec, Grid):
+        return spec
+    if isinstance(spec, str):
+        return Grid.parse(spec)
+    if isinstance(spec, Mapping):
+        return Grid({k: tuple(v) if isinstance(v, Sequence) and not isinstance(v, str) else (v,)
+                     for k, v in spec.items()})
+    raise GridError(f"cannot make a grid from {type(spec).__name__}")

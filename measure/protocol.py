@@ -1,0 +1,226 @@
+"""The characterization protocol (spec §10, measurement-notes §4): warm-up, null context,
+windows sized from a timed trial, tick-aligned energy windows, repetitions until the relative
+standard error of E reaches a target.
+
+Tick alignment: the energy counter advances only every ~100 ms, so a naive window is off by up
+to one tick of energy at each end. Start the window right after a tick, and at the end wait for
+the next tick and subtract ready power × that wait: 0.6 s windows then reach ~0.5–1 % spread.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from frontier.operating_point import OperatingPoint
+from frontier.signature import Signature
+
+from .device import Device, DeviceError
+
+WindowKind = Literal["tick_aligned", "naive"]
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """How one operating point is measured.
+
+    ``window``: ``"tick_aligned"`` (default) or ``"naive"``. ``window_s``: target length of a
+    measurement window. ``warmup_s``: work run (unmeasured) before the first window.
+    ``cooldown_s``: idle gap before each window (the null context); with ``baseline_temp_c``
+    the gap instead lasts until the temperature is within ``baseline_tol_c`` of it (at most
+    ``cooldown_max_s``). Windows repeat until the relative standard error of E is at most
+    ``target_rse`` (at least ``min_windows``, at most ``max_windows``).
+    """
+
+    window: WindowKind = "tick_aligned"
+    window_s: float = 0.6
+    warmup_s: float = 0.2
+    cooldown_s: float = 0.0
+    baseline_temp_c: float | None = None
+    baseline_tol_c: float = 2.0
+    cooldown_max_s: float = 30.0
+    target_rse: float = 0.01
+    min_windows: int = 3
+    max_windows: int = 20
+    tick_timeout_s: float = 1.0
+    poll_s: float = 0.0
+    ready_window_s: float = 1.0
+    ready_windows: int = 3
+
+    def __post_init__(self) -> None:
+        if self.window not in ("tick_aligned", "naive"):
+            raise ValueError(f"Protocol.window must be 'tick_aligned' or 'naive', got {self.window!r}")
+        for k in ("window_s", "target_rse", "tick_timeout_s", "ready_window_s"):
+            if not getattr(self, k) > 0:
+                raise ValueError(f"Protocol.{k} must be > 0, got {getattr(self, k)!r}")
+        for k in ("warmup_s", "cooldown_s", "cooldown_max_s", "poll_s"):
+            if getattr(self, k) < 0:
+                raise ValueError(f"Protocol.{k} must be >= 0, got {getattr(self, k)!r}")
+        if not 1 <= self.min_windows <= self.max_windows:
+            raise ValueError(f"need 1 <= min_windows ({self.min_windows}) <= max_windows ({self.max_windows})")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready description (goes into every signature's metadata)."""
+        return asdict(self)
+
+
+#: Zeus/Kareus-style naive protocol: 5 s windows with 5 s cooldown.
+NAIVE_5S = Protocol(window="naive", window_s=5.0, cooldown_s=5.0, min_windows=3)
+
+
+@dataclass(frozen=True)
+class Window:
+    """One measured window: totals over ``n`` invocations plus what the device reported."""
+
+    n: int
+    time_s: float
+    energy_j: float
+    tail_s: float = 0.0
+    temp_start_c: float = float("nan")
+    temp_end_c: float = float("nan")
+    sm_clock_mhz: float = float("nan")
+    throttle_reasons: tuple[str, ...] = field(default=())
+
+    @property
+    def time_per_invocation_s(self) -> float:
+        """T per invocation, s."""
+        return self.time_s / self.n
+
+    @property
+    def energy_per_invocation_j(self) -> float:
+        """E per invocation, J."""
+        return self.energy_j / self.n
+
+
+def wait_for_tick(device: Device, timeout_s: float = 1.0, poll_s: float = 0.0) -> tuple[float, float]:
+    """Poll the energy counter until it changes; return (device time, counter value) then."""
+    e0 = device.energy_j()
+    t0 = device.time_s()
+    while True:
+        if poll_s > 0:
+            device.idle(poll_s)
+        e = device.energy_j()
+        t = device.time_s()
+        if e != e0:
+            return t, e
+        if t - t0 > timeout_s:
+            raise DeviceError(f"{device.name}: energy counter did not advance within {timeout_s:g} s "
+                              "(is the counter supported on this GPU?)")
+
+
+def measure_ready_power_w(device: Device, protocol: Protocol = Protocol()) -> float:
+    """Ready (static) power at the current operating point: device idle with a context alive,
+    counter slope over tick-aligned windows (spec §10.1), W."""
+    powers = []
+    for _ in range(max(1, protocol.ready_windows)):
+        t_a, e_a = wait_for_tick(device, protocol.tick_timeout_s, protocol.poll_s)
+        device.idle(protocol.ready_window_s)
+        t_b, e_b = wait_for_tick(device, protocol.tick_timeout_s, protocol.poll_s)
+        powers.append((e_b - e_a) / (t_b - t_a))
+    return float(np.mean(powers))
+
+
+def time_per_invocation_s(device: Device, work: Any, sm_count: int | None = None,
+                          min_trial_s: float = 0.02) -> float:
+    """A timed trial: run ``work`` 1, 2, 4, ... times until the run lasts ``min_trial_s``."""
+    n = 1
+    while True:
+        t0 = device.time_s()
+        device.run(work, n, sm_count=sm_count)
+        dt = device.time_s() - t0
+        if dt >= min_trial_s or n >= 1 << 20:
+            return dt / n
+        n *= 2 if dt <= 0 else max(2, min(64, math.ceil(min_trial_s / dt * 1.2)))
+
+
+def measure_window(device: Device, work: Any, n: int, protocol: Protocol, ready_w: float,
+                   sm_count: int | None = None) -> Window:
+    """Measure one window of ``n`` back-to-back invocations (naive or tick-aligned)."""
+    temp0 = device.temperature_c()
+    if protocol.window == "tick_aligned":
+        t_a, e_a = wait_for_tick(device, protocol.tick_timeout_s, protocol.poll_s)
+    else:
+        e_a, t_a = device.energy_j(), device.time_s()
+    device.run(work, n, sm_count=sm_count)
+    t_s = device.time_s()
+    reading = device.reading()
+    if protocol.window == "tick_aligned":
+        t_b, e_b = wait_for_tick(device, protocol.tick_timeout_s, protocol.poll_s)
+        tail = t_b - t_s
+        energy = (e_b - e_a) - ready_w * tail
+    else:
+        e_b = device.energy_j()
+        tail = 0.0
+        energy = e_b - e_a
+    return Window(n=n, time_s=t_s - t_a, energy_j=energy, tail_s=tail, temp_start_c=temp0,
+                  temp_end_c=reading.temperature_c, sm_clock_mhz=reading.sm_clock_mhz,
+                  throttle_reasons=reading.throttle_reasons)
+
+
+def null_context(device: Device, protocol: Protocol) -> float:
+    """Bring the device to the null context before a window; returns the idle time spent, s."""
+    spent = 0.0
+    if protocol.cooldown_s > 0:
+        device.idle(protocol.cooldown_s)
+        spent += protocol.cooldown_s
+    if protocol.baseline_temp_c is not None:
+        step = 0.5
+        while (device.temperature_c() > protocol.baseline_temp_c + protocol.baseline_tol_c
+               and spent < protocol.cooldown_max_s):
+            device.idle(step)
+            spent += step
+    return spent
+
+
+def relative_se(values: list[float]) -> float:
+    """Relative standard error of the mean (inf for fewer than 2 values)."""
+    if len(values) < 2:
+        return math.inf
+    a = np.asarray(values, dtype=float)
+    m = float(a.mean())
+    return float(a.std(ddof=1) / math.sqrt(a.size) / abs(m)) if m else math.inf
+
+
+def measure_point(device: Device, work: Any, name: str, protocol: Protocol = Protocol(),
+                  ready_w: float | None = None, sm_count: int | None = None,
+                  omega: OperatingPoint | None = None, kappa: str | None = None,
+                  theta: str | None = None, meta: Mapping[str, Any] | None = None) -> Signature:
+    """Characterize ``work`` at the device's current operating point; a measured
+    :class:`Signature` (variances of the mean over windows) with the protocol's metadata."""
+    start = device.time_s()
+    if ready_w is None:
+        ready_w = measure_ready_power_w(device, protocol)
+    if protocol.warmup_s > 0:
+        t1 = time_per_invocation_s(device, work, sm_count)
+        device.run(work, max(1, math.ceil(protocol.warmup_s / t1)), sm_count=sm_count)
+    t1 = time_per_invocation_s(device, work, sm_count)
+    n = max(1, math.ceil(protocol.window_s / t1))
+    windows: list[Window] = []
+    cooldowns: list[float] = []
+    while len(windows) < protocol.max_windows:
+        cooldowns.append(null_context(device, protocol))
+        windows.append(measure_window(device, work, n, protocol, ready_w, sm_count))
+        es = [w.energy_per_invocation_j for w in windows]
+        if len(windows) >= protocol.min_windows and relative_se(es) <= protocol.target_rse:
+            break
+    times = [w.time_per_invocation_s for w in windows]
+    energies = [w.energy_per_invocation_j for w in windows]
+    reasons = sorted({r for w in windows for r in w.throttle_reasons})
+    m = dict(meta or {})
+    m.update(device.describe())
+    m.update(
+        protocol=protocol.window, protocol_settings=protocol.to_dict(),
+        invocations_per_window=n, windows=len(windows), ready_power_w=ready_w,
+        rse_energy=relative_se(energies), target_rse=protocol.target_rse,
+        sm_clocks_seen_mhz=[w.sm_clock_mhz for w in windows],
+        temperatures_c=[[w.temp_start_c, w.temp_end_c] for w in windows],
+        throttle_reasons=reasons, cooldowns_s=cooldowns,
+        device_time_s=device.time_s() - start,
+        variance="of the mean over windows of per-invocation values",
+    )
+    return Signature.from_runs(name, times, energies, s_w=ready_w, omega=omega or OperatingPoint(),
+                               kappa=kappa, theta=theta, meta=m)
