@@ -53,11 +53,19 @@ class CharacterizationResult:
             "skipped": [{"kappa": k, "omega": op.to_dict()} for k, op in self.skipped],
         }
 
+    def keyed(self) -> dict[str, Signature]:
+        """Signatures keyed ``element@κ@ω`` (unique per point, as a signature file needs)."""
+        out: dict[str, Signature] = {}
+        for s in self.signatures:
+            parts = [s.name] + ([s.kappa] if s.kappa else []) + [s.omega.label()]
+            out["@".join(parts)] = s
+        return out
+
     def save(self, path: str | Path) -> Path:
-        """Write the signatures in the project's signature-file format (atomic)."""
+        """Write the signatures as a signature file (atomic), keyed as in :meth:`keyed`."""
         from frontier.io import save_signatures
 
-        return save_signatures(path, list(self.signatures))
+        return save_signatures(path, self.keyed())
 
 
 def frontier_of(sigs: tuple[Signature, ...]) -> Any:

@@ -1,0 +1,92 @@
+"""The measurement protocol: tick alignment, repetitions to a target, metadata."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from measure import NAIVE_5S, Protocol, SimulatedGPU, measure_point, preset
+from measure.protocol import measure_window, relative_se, wait_for_tick
+
+
+def _spread(window: str, seed: int, n_windows: int = 8) -> float:
+    gpu = SimulatedGPU(seed=seed)
+    k = preset("gemm_bf16_8192")
+    gpu.run(k, 200)
+    n = int(0.6 / gpu.kernel_state(k).time_s)
+    p = Protocol(window=window)
+    es = [measure_window(gpu, k, n, p, ready_w=gpu.static_power_w()).energy_j for _ in range(n_windows)]
+    return float(np.std(es, ddof=1) / np.mean(es))
+
+
+def test_tick_aligned_windows_are_much_tighter_than_naive():
+    aligned = np.mean([_spread("tick_aligned", s) for s in range(3)])
+    naive = np.mean([_spread("naive", s) for s in range(3)])
+    assert aligned < 0.012                 # H200: 0.5-1 % at 0.6 s
+    assert naive > 0.025                   # H200: 5-7 % at 0.6 s
+    assert naive > 4 * aligned
+
+
+def test_window_starts_on_a_tick():
+    gpu = SimulatedGPU(seed=2)
+    t, e = wait_for_tick(gpu)
+    # the next read (4 ms later) still shows the same value: we are right after a change
+    assert gpu.energy_j() == e
+    assert gpu.time_s() - t < 0.01
+
+
+def test_tail_is_subtracted_at_ready_power():
+    gpu = SimulatedGPU(seed=4)
+    k = preset("copy_2GiB")
+    e_true0 = gpu.true_energy_j()
+    w = measure_window(gpu, k, 500, Protocol(), ready_w=gpu.static_power_w())
+    assert w.tail_s > 0
+    work_energy = gpu.kernel_state(k).power_w * gpu.kernel_state(k).time_s * 500
+    assert w.energy_j == pytest.approx(work_energy, rel=0.02)
+    assert gpu.true_energy_j() - e_true0 > w.energy_j   # the idle tail/head were not counted
+
+
+def test_repeats_until_target_rse_or_cap():
+    gpu = SimulatedGPU(seed=5)
+    k = preset("gemm_bf16_8192")
+    tight = measure_point(gpu, k, "g", Protocol(target_rse=0.002, min_windows=2, max_windows=30))
+    assert tight.meta["rse_energy"] <= 0.002 or tight.meta["windows"] == 30
+    capped = measure_point(gpu, k, "g", Protocol(target_rse=1e-9, max_windows=4))
+    assert capped.meta["windows"] == 4
+    loose = measure_point(gpu, k, "g", Protocol(target_rse=0.5, min_windows=3))
+    assert loose.meta["windows"] == 3
+
+
+def test_point_metadata_and_variance_of_mean():
+    gpu = SimulatedGPU(seed=6)
+    sig = measure_point(gpu, preset("gemm_bf16_8192"), "gemm", Protocol(cooldown_s=1.0))
+    m = sig.meta
+    for key in ("protocol", "invocations_per_window", "windows", "sm_clocks_seen_mhz", "temperatures_c",
+                "throttle_reasons", "ready_power_w", "cooldowns_s", "device_time_s"):
+        assert key in m, key
+    assert m["protocol"] == "tick_aligned" and "SwPowerCap" in m["throttle_reasons"]
+    assert all(c < 1980 for c in m["sm_clocks_seen_mhz"])
+    assert m["cooldowns_s"][0] == 1.0
+    # variance is of the mean: run spread² / n
+    assert sig.var_energy_j2 == pytest.approx(m["run_sd_energy_j"] ** 2 / sig.n)
+    assert 0.5 < m["invocations_per_window"] * sig.time_s / 0.6 < 1.5
+
+
+def test_baseline_temperature_null_context():
+    gpu = SimulatedGPU(seed=7)
+    gpu.run(preset("gemm_bf16_8192"), 5000)
+    hot = gpu.temperature_c()
+    sig = measure_point(gpu, preset("copy_2GiB"), "copy", Protocol(baseline_temp_c=40.0, max_windows=3))
+    assert hot > 50
+    starts = [t0 for t0, _ in sig.meta["temperatures_c"]]
+    assert all(s <= 42 for s in starts)
+
+
+def test_relative_se_and_protocol_validation():
+    assert relative_se([1.0]) == float("inf")
+    assert relative_se([1.0, 1.0, 1.0]) == 0.0
+    with pytest.raises(ValueError, match="window"):
+        Protocol(window="weird")
+    with pytest.raises(ValueError, match="min_windows"):
+        Protocol(min_windows=5, max_windows=2)
+    assert NAIVE_5S.window_s == 5.0 and NAIVE_5S.cooldown_s == 5.0

@@ -1,0 +1,166 @@
+"""The simulated H200: physics sanity and calibration against data/h200 (default point)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from frontier.h200 import default_measurements_path
+from frontier.operating_point import OperatingPoint
+from measure import PRESETS, Protocol, SimKernel, SimulatedGPU, measure_point, preset
+from measure.protocol import measure_ready_power_w
+
+
+def _h200():
+    p = default_measurements_path()
+    if not p.exists():
+        pytest.skip(f"shared H200 data not found at {p} (set ECAL_SHARED_DATA)")
+    return json.loads(p.read_text())
+
+
+def test_counter_ticks_about_every_100ms_and_time_is_virtual():
+    gpu = SimulatedGPU(seed=3)
+    changes, last, t_last = [], gpu.energy_j(), gpu.time_s()
+    while gpu.time_s() < 5.0:
+        e = gpu.energy_j()
+        if e != last:
+            changes.append(gpu.time_s() - t_last)
+            last, t_last = e, gpu.time_s()
+    gaps = np.diff(changes[1:]) if len(changes) > 2 else np.array(changes)
+    assert 0.09 < np.median(changes) < 0.11
+    assert min(changes) >= 0.07 and max(changes) <= 0.135
+    assert gaps.size > 0
+
+
+def test_static_power_ready_and_deep_idle():
+    gpu = SimulatedGPU()
+    ready = gpu.static_power_w(temperature_c=40)
+    assert 121 <= ready <= 126          # data: 122-126 W ready at 1980 MHz
+    assert 75 <= gpu.deep_idle_power_w() <= 82   # data: 79.1 W deep idle
+    # static power rises with clock and with temperature
+    lo = gpu.static_power_w(OperatingPoint(sm_clock_mhz=900), temperature_c=40)
+    hot = gpu.static_power_w(temperature_c=80)
+    assert lo < ready < hot
+
+
+def test_measured_ready_power_by_protocol():
+    gpu = SimulatedGPU(seed=1)
+    assert abs(measure_ready_power_w(gpu) - gpu.static_power_w()) < 2.0
+
+
+def test_power_cap_lowers_gemm_clock_and_lower_cap_slows_it():
+    gpu = SimulatedGPU()
+    g = preset("gemm_bf16_8192")
+    st = gpu.kernel_state(g, temperature_c=60)
+    assert st.capped and st.sm_clock_mhz < 1980 and st.power_w == pytest.approx(700, rel=1e-3)
+    st400 = gpu.kernel_state(g, OperatingPoint(power_limit_w=400), temperature_c=60)
+    assert st400.sm_clock_mhz < st.sm_clock_mhz and st400.time_s > st.time_s
+    assert st400.power_w == pytest.approx(400, rel=1e-3)
+    copy = gpu.kernel_state(preset("copy_2GiB"), temperature_c=50)
+    assert not copy.capped and copy.sm_clock_mhz == 1980
+
+
+def test_roofline_knobs():
+    gpu = SimulatedGPU()
+    g, c = preset("gemm_bf16_8192"), preset("copy_2GiB")
+    op_lo = OperatingPoint(sm_clock_mhz=900)
+    # compute-bound: time ~ 1/clock and ~ 1/SMs; memory-bound: much less sensitive to SM clock
+    assert gpu.kernel_state(g, op_lo, 40).time_s > 1.5 * gpu.kernel_state(g, temperature_c=40).time_s
+    t16 = gpu.kernel_state(g, temperature_c=40, sm_count=16).time_s
+    t32 = gpu.kernel_state(g, temperature_c=40, sm_count=32).time_s
+    assert t16 == pytest.approx(2 * t32, rel=0.02)
+    assert gpu.kernel_state(c, op_lo, 40).time_s < 1.5 * gpu.kernel_state(c, temperature_c=40).time_s
+    # memory clock slows copies; bandwidth saturates with SMs
+    assert gpu.kernel_state(c, OperatingPoint(mem_clock_mhz=2201), 40).time_s > 1.3 * gpu.kernel_state(c, temperature_c=40).time_s
+    a = [gpu.kernel_state(preset(f"axpy_triton_sm{n}"), temperature_c=40).time_s for n in (4, 16, 66, 132)]
+    assert a[0] / a[1] > 3.5 and a[2] / a[3] < 1.4
+    # Hopper grants SMs in multiples of 8
+    assert gpu.kernel_state(g, temperature_c=40, sm_count=33).sm_used == 40
+
+
+def test_thermal_state_heats_under_load_and_cools_idle():
+    gpu = SimulatedGPU()
+    t0 = gpu.temperature_c()
+    gpu.run(preset("gemm_bf16_8192"), 3000)
+    hot = gpu.temperature_c()
+    gpu.idle(30)
+    assert hot > t0 + 15 and gpu.temperature_c() < hot - 10
+
+
+def test_run_advances_virtual_time_and_energy_fast():
+    gpu = SimulatedGPU()
+    t, e = gpu.time_s(), gpu.true_energy_j()
+    gpu.run(preset("copy_2GiB"), 1000)
+    assert gpu.time_s() - t == pytest.approx(1000 * 1.005e-3, rel=0.01)
+    assert gpu.true_energy_j() - e == pytest.approx(1000 * 0.61, rel=0.03)
+
+
+def test_labels_say_simulated():
+    gpu = SimulatedGPU()
+    assert gpu.simulated and gpu.describe()["simulated"] is True
+    assert gpu.describe()["device"] == "simulated H200"
+    sig = measure_point(gpu, preset("copy_2GiB"), "copy", Protocol(min_windows=2, max_windows=2))
+    assert sig.meta["simulated"] is True and sig.meta["device"] == "simulated H200"
+
+
+def test_simkernel_validation_and_unknown_preset():
+    with pytest.raises(ValueError, match="does no work"):
+        SimKernel("nothing")
+    with pytest.raises(KeyError, match="known"):
+        preset("nope")
+
+
+# Tolerances: the data's per-window spread (naive 0.6 s windows: 5-7 % in E) or 3 % in time,
+# whichever is larger. Green-context GEMMs at 66/132 SMs read 732/747 W in the data, above the
+# 700 W cap the plain GEMM respects (698 W): the model cannot match both, so those two get 8 %.
+_LOOSE = {"gemm_bf16_8192_green_sm66": 0.08, "gemm_bf16_8192_green_sm132": 0.08}
+
+
+def _kernel_for(el):
+    name = el["name"]
+    if name.startswith("gemm_bf16_8192_green"):
+        return PRESETS["gemm_bf16_8192"], int(el["omega"]["sm_alloc"])
+    return PRESETS[name], None
+
+
+def test_sim_reproduces_h200_default_point_elements():
+    data = _h200()
+    gpu = SimulatedGPU(seed=0)
+    rows = []
+    for el in data["elements"]:
+        k, sm = _kernel_for(el)
+        sig = measure_point(gpu, k, el["name"], Protocol(), sm_count=sm)
+        e_sd = max(el["E_sd_J"] / el["E_J"], 0.05)
+        t_tol = max(el["T_sd_s"] / el["T_s"], 0.03)
+        tol = _LOOSE.get(el["name"])
+        rows.append((el["name"], sig.time_s, el["T_s"], sig.energy_j, el["E_J"]))
+        assert sig.time_s == pytest.approx(el["T_s"], rel=tol or t_tol), el["name"]
+        assert sig.energy_j == pytest.approx(el["E_J"], rel=tol or e_sd), el["name"]
+        gpu.idle(5.0)
+    by = {r[0]: r for r in rows}
+    g = by["gemm_bf16_8192"]
+    assert 1.55e-3 <= g[1] <= 1.65e-3 and 1.05 <= g[3] <= 1.2
+    c = by["copy_2GiB"]
+    assert c[1] == pytest.approx(1.004e-3, rel=0.01) and c[3] == pytest.approx(0.61, rel=0.03)
+
+
+def test_ready_power_matches_h200():
+    data = _h200()
+    ready = np.mean(data["static_power_W"]["ready_idle_context_alive_1980MHz"])
+    gpu = SimulatedGPU()
+    assert measure_ready_power_w(gpu) == pytest.approx(ready, abs=3.0)
+    assert gpu.deep_idle_power_w() == pytest.approx(data["static_power_W"]["deep_idle_345MHz_no_context"], abs=3.0)
+
+
+def test_parallel_run_shares_power_and_finishes_both():
+    gpu = SimulatedGPU()
+    g, c = preset("gemm_bf16_8192"), preset("copy_2GiB")
+    t0, e0 = gpu.time_s(), gpu.true_energy_j()
+    gpu.run_parallel([(g, 300, 96), (c, 300, 32)])
+    t_par = gpu.time_s() - t0
+    e_par = gpu.true_energy_j() - e0
+    assert t_par < 300 * (gpu.kernel_state(g).time_s + gpu.kernel_state(c).time_s)
+    assert math.isfinite(e_par) and e_par > 0
