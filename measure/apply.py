@@ -80,6 +80,9 @@ class PlanApplier:
         try:
             if exc_type is None:
                 t_end = self.device.time_s()
+                # Back to the settings whose ready power was measured before waiting for the
+                # closing tick: the tail is then charged at the right power.
+                self.device.restore()
                 t_b, e_b = wait_for_tick(self.device)
                 self.total_time_s = t_end - self._t0
                 self.total_energy_j = (e_b - self._e0) - (self.ready_power_w or 0.0) * (t_b - t_end)
