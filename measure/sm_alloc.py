@@ -110,16 +110,17 @@ def allocate_sms(num_sms: int, device_index: int = 0, torch: Any = None,
 
 # Green contexts are created once per (torch module, device, SM count) and reused: creating
 # one inside a timed window would be measured as part of the work.
-_CACHE: dict[tuple[int, int, int], SMAllocation] = {}
+_CACHE: dict[tuple[int, int, int], tuple[Any, SMAllocation]] = {}
 
 
 def cached_allocation(num_sms: int, device_index: int = 0, torch: Any = None) -> SMAllocation:
     """A reused green context of ``num_sms`` SMs (created on first use)."""
     torch = torch if torch is not None else _torch()
     key = (id(torch), int(device_index), int(num_sms))
-    if key not in _CACHE:
-        _CACHE[key] = allocate_sms(num_sms, device_index, torch)
-    return _CACHE[key]
+    hit = _CACHE.get(key)
+    if hit is None or hit[0] is not torch:      # holding torch keeps its id from being reused
+        hit = _CACHE[key] = (torch, allocate_sms(num_sms, device_index, torch))
+    return hit[1]
 
 
 def run_on_sms(work: Callable[[], Any], n: int, num_sms: int, device_index: int = 0,
