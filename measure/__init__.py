@@ -34,6 +34,14 @@ from .factory import open_device, resolve_work
 from .grid import Grid, GridError, parse_grid
 from .nvml import NVMLDevice
 from .protocol import NAIVE_5S, Protocol, measure_point, measure_ready_power_w
+from .replay import (
+    ReplayDevice,
+    load_h200,
+    load_nvdvfs,
+    load_perseus,
+    load_zeus_profile,
+    load_zeus_trace,
+)
 from .sim import H200, PRESETS, SimKernel, SimSpec, SimulatedGPU, preset
 from .sweep import Progress, SweepResult, print_progress, sweep
 
@@ -44,4 +52,5 @@ __all__ = [
     "NVMLDevice", "Protocol", "NAIVE_5S", "measure_point", "measure_ready_power_w",
     "Grid", "GridError", "parse_grid", "sweep", "SweepResult", "Progress", "print_progress",
     "characterize", "CharacterizationResult", "PlanApplier", "open_device", "resolve_work",
+    "ReplayDevice", "load_h200", "load_zeus_trace", "load_zeus_profile", "load_nvdvfs", "load_perseus",
 ]
