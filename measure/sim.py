@@ -449,26 +449,31 @@ class SimulatedGPU(Device):
             left -= m
 
     def run_parallel(self, streams: Sequence[tuple[SimKernel, int, int | None]]) -> None:
-        """Same-device parallel run: each (kernel, n, sm_count) stream on its own SM partition,
-        started together. The board power (and so the cap) and HBM bandwidth are shared: phases
-        last until one stream finishes, then the rest continue alone."""
+        """Same-device parallel run of (kernel, n, sm_count) streams started together.
+
+        Streams whose SMs add up to more than the device has (e.g. two full-grid kernels with
+        no green context) are time-sliced on the SMs; partitioned streams (green contexts) run
+        side by side. Board power (so the cap) and HBM bandwidth are always shared. Phases last
+        until a stream finishes; the rest continue alone."""
+        s = self.spec
         left = {i: float(n) for i, (_, n, _) in enumerate(streams) if n > 0}
         self._busy = True
+        cap = self._op.power_limit_w or s.power_limit_default_w
         while left:
             states = {i: self.kernel_state(streams[i][0], sm_count=streams[i][2]) for i in left}
-            # HBM shared: scale memory-bound streams when total demand exceeds the bandwidth
-            demand = sum(streams[i][0].bytes / states[i].time_s for i in left) / self.spec.mem_bw_bps
-            slow = max(1.0, demand / 0.95)
             static = self.static_power_w()
-            dyn = sum(st.power_w - static for st in states.values())
-            power = static + dyn / slow
-            cap = self._op.power_limit_w or self.spec.power_limit_default_w
-            over = max(1.0, (power - static) / max(cap - static, 1e-9))
-            rate = {i: 1.0 / (states[i].time_s * slow * over ** 0.5) for i in left}
-            power = min(power, cap) if over > 1 else power
-            dt = min(left[i] / rate[i] for i in left)
-            dt = min(dt, 0.05)
-            self._last_capped = over > 1
+            share = max(1.0, sum(states[i].sm_used for i in left) / s.sm_count)
+            demand = sum(streams[i][0].bytes / states[i].time_s for i in left) / share / s.mem_bw_bps
+            slow = share * max(1.0, demand / 0.95)
+            # time-sliced or bandwidth-starved streams draw their dynamic power 1/slow of the time
+            dyn = sum(max(states[i].power_w - static, 0.0) for i in left) / slow
+            over = max(1.0, dyn / max(cap - static, 1e-9))
+            # over the cap the firmware lowers the clock; dynamic power falls faster than speed
+            rate = {i: 1.0 / (states[i].time_s * slow * over**0.5) for i in left}
+            power = static + min(dyn, cap - static)
+            power *= 1.0 + s.power_noise * float(self._rng.standard_normal())
+            dt = min(min(left[i] / rate[i] for i in left), 0.05)
+            self._last_capped = over > 1.0
             self._advance(dt, power)
             for i in list(left):
                 left[i] -= rate[i] * dt
