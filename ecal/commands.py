@@ -107,3 +107,84 @@ def cmd_frontier(args: argparse.Namespace) -> int:
     for p in out.commit():
         print(f"wrote {p}", file=sys.stderr)
     return 0
+
+
+# -- characterize ------------------------------------------------------------------------------
+
+DEFAULT_GRID = "sm_clock_mhz=1980:990:-90,power_limit_w=700,500"
+
+
+def cmd_characterize(args: argparse.Namespace) -> int:
+    """``ecal characterize WORK``: signatures over a grid, the frontier, optional plot."""
+    import measure
+
+    if args.list:
+        for name in sorted(measure.PRESETS):
+            k = measure.PRESETS[name]
+            print(f"{name:<28} {getattr(k, 'theta', '') or ''}")
+        return 0
+    device = measure.open_device(args.device, read_only=args.read_only, seed=args.seed)
+    work = measure.resolve_work(args.work, device)
+    grid = args.grid
+    if grid is None:
+        grid = "sm_count=132:4:-16" if args.read_only else DEFAULT_GRID
+    res = measure.characterize(work, device=device, grid=grid, results_path=args.results,
+                               protocol=measure.Protocol(target_rse=args.target_rse),
+                               progress=None if args.json else measure.print_progress)
+    where = "simulated H200" if res.simulated else str(res.meta.get("device", args.device))
+    out = Outputs()
+    if args.output:
+        out.custom(args.output, lambda tmp: res.save(tmp))
+    if args.plot:
+        from frontier.plot import plot_frontier
+
+        out.figure(args.plot, plot_frontier(list(res.signatures),
+                                            title=f"{res.element} on {where}: achievable set and frontier"))
+    if args.json:
+        dump_json(res.to_dict())
+    else:
+        print(f"{res.element} on {where}: {len(res.signatures)} point(s) measured, "
+              f"{len(res.frontier_signatures())} on the (T, E) frontier")
+        if res.frontier is not None:
+            print(res.frontier.to_table())
+    for p in out.commit():
+        print(f"wrote {p}", file=sys.stderr)
+    return 0
+
+
+# -- import ------------------------------------------------------------------------------------
+
+def cmd_import(args: argparse.Namespace) -> int:
+    """``ecal import KIND PATH -o OUT``: published measurements → a signature file."""
+    from frontier.io import save_signatures
+    from measure import replay
+
+    loaders = {"h200": replay.load_h200, "nv-dvfs": replay.load_nvdvfs,
+               "zeus-trace": replay.load_zeus_trace, "zeus-log": replay.load_zeus_profile,
+               "perseus": replay.load_perseus}
+    if not Path(args.path).exists():
+        raise FileNotFoundError(2, "no such file", args.path)
+    groups = loaders[args.kind](args.path)
+    keyed = {}
+    for element, sigs in groups.items():
+        for s in sigs:
+            parts = [element] + ([s.kappa] if s.kappa else []) + [s.omega.label()]
+            key = "@".join(parts)
+            if key in keyed:
+                raise UsageError(f"{args.path}: two measurements of {key!r}")
+            keyed[key] = s
+    if not keyed:
+        raise UsageError(f"{args.path}: no measurements found")
+    out = Outputs()
+    out.custom(args.output, lambda tmp: save_signatures(tmp, keyed))
+    if args.json:
+        dump_json({"elements": {el: len(v) for el, v in groups.items()}, "output": args.output})
+    else:
+        print(f"{args.kind}: {len(groups)} element(s), {len(keyed)} signature(s)")
+        for el, sigs in sorted(groups.items())[:20]:
+            print(f"  {el}: {len(sigs)} operating point(s)")
+        if len(groups) > 20:
+            print(f"  ... {len(groups) - 20} more")
+    for p in out.commit():
+        print(f"wrote {p}", file=sys.stderr)
+    return 0

@@ -50,6 +50,10 @@ class Outputs:
 
         self._pending.append((Path(path), write))
 
+    def custom(self, path: str | Path, write: Callable[[str], None]) -> None:
+        """Stage a file produced by ``write(tmp_path)`` (e.g. a library's own saver)."""
+        self._pending.append((Path(path), write))
+
     def figure(self, path: str | Path, fig: Any) -> None:
         """Stage a matplotlib figure (format from the file suffix)."""
         fmt = Path(path).suffix.lstrip(".") or "png"
