@@ -1,0 +1,209 @@
+"""Exact MILP through PuLP for general DAGs (solver-notes §3.1, §4, §8).
+
+Compact "mode + start time" model: binary x[v,a] (task v uses option a), continuous start S_v
+and makespan M ≤ D; minimise P_total·M + Σ cost·x + Σ switch extra. Switches between
+consecutive same-device tasks use the tight *transportation* linearisation (continuous
+y[a,b] with row sums x[u,a] and column sums x[w,b]), which is integral whenever x is.
+Options that cannot meet the deadline given critical-path bounds with the fastest options are
+fixed out; without switches, options dominated in (T, effective energy) are dropped too.
+
+Solvers: HiGHS (``highspy``) when importable, else CBC (bundled with PuLP 3, ``pulp[cbc]`` in
+PuLP 4), found with ``pulp.listSolvers(onlyAvailable=True)``. The status is read from
+``sol_status``: a time limit with an incumbent is *not* optimal.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from .model import Problem, SolverUnavailableError
+
+_PREFERENCE = ("HiGHS", "PULP_CBC_CMD", "COIN_CMD", "HiGHS_CMD")
+
+
+def available_solvers() -> list[str]:
+    """MILP solvers PuLP can run here, in our order of preference."""
+    import pulp
+
+    have = set(pulp.listSolvers(onlyAvailable=True))
+    return [s for s in _PREFERENCE if s in have]
+
+
+def make_solver(name: str | None = None, time_limit_s: float | None = None, gap_rel: float = 0.0,
+                threads: int = 1, warm_start: bool = False):
+    """A PuLP solver object: ``name`` or the first available (HiGHS, CBC)."""
+    import pulp
+
+    avail = available_solvers()
+    if not avail:
+        raise SolverUnavailableError(
+            "no MILP solver available to PuLP (PuLP 4 bundles none): install 'pulp[cbc]' or "
+            "'highspy' (energy-calculus[highs])")
+    if name is None:
+        name = avail[0]
+    elif name not in avail:
+        raise SolverUnavailableError(f"solver {name!r} is not available; available: {avail}")
+    kw = {"msg": False}
+    if time_limit_s is not None:
+        kw["timeLimit"] = float(time_limit_s)
+    if gap_rel > 0:
+        kw["gapRel"] = float(gap_rel)
+    if name in ("PULP_CBC_CMD", "COIN_CMD"):
+        kw["threads"] = threads
+        kw["warmStart"] = warm_start
+    elif name == "HiGHS":
+        kw["threads"] = threads
+    return pulp.getSolver(name, **kw)
+
+
+def _var(prob, name: str, low: float | None, up: float | None, cat: str):
+    """Create a variable the PuLP-4 way when available (``prob.add_variable``), else 3.x."""
+    import pulp
+
+    if hasattr(prob, "add_variable"):
+        return prob.add_variable(name, lowBound=low, upBound=up, cat=cat)
+    return pulp.LpVariable(name, lowBound=low, upBound=up, cat=cat)  # pragma: no cover
+
+
+@dataclass(frozen=True)
+class ILPResult:
+    """Choice (None if no solution), objective, lower bound, status, optimality."""
+
+    choice: list[int] | None
+    energy_j: float
+    lower_bound_j: float
+    status: str
+    optimal: bool
+    solver: str
+
+
+def allowed_options(p: Problem, deadline_s: float) -> list[list[int]]:
+    """Options not excluded by critical-path bounds (and dominance when switches are free)."""
+    ix = p.index
+    fast = ix.fastest_choice()
+    start, end, _ = ix.schedule(fast)
+    lf = ix.latest(fast, deadline_s)
+    # Without switch latencies ES/tail are exact bounds for any plan; with them the fastest
+    # plan's latencies are not a bound, so only the fastest-time bounds are used.
+    es = start if not ix.has_transitions else _bounds_without_tau(ix, fast)[0]
+    lfin = lf if not ix.has_transitions else _bounds_without_tau(ix, fast, deadline_s)[1]
+    out = []
+    for v in range(ix.n):
+        room = lfin[v] - es[v]
+        ok = [a for a in range(ix.k[v]) if ix.time[v][a] <= room * (1 + 1e-12) + 1e-15]
+        if not ix.has_transitions:
+            t, c = ix.time[v], ix.cost[v]
+            ok = [a for a in ok if not any((t[b] <= t[a] and c[b] < c[a]) or (t[b] < t[a] and c[b] <= c[a])
+                                           for b in ok)]
+            # keep one of exact duplicates
+            seen = set()
+            ok = [a for a in ok if not ((t[a], c[a]) in seen or seen.add((t[a], c[a])))]
+        out.append(ok or [int(fast[v])])
+    return out
+
+
+def _bounds_without_tau(ix, fast, horizon: float | None = None):
+    dur = ix.durations(fast)
+    es = np.zeros(ix.n)
+    for v in ix.order:
+        s = 0.0
+        for u in ix.preds[v]:
+            s = max(s, es[u] + dur[u])
+        u = ix.dev_prev[v]
+        if u >= 0:
+            s = max(s, es[u] + dur[u])
+        es[v] = s
+    lf = np.full(ix.n, horizon if horizon is not None else float((es + dur).max()))
+    for v in reversed(ix.order):
+        f = lf[v]
+        for w in ix.succs[v]:
+            f = min(f, lf[w] - dur[w])
+        w = ix.dev_next[v]
+        if w >= 0:
+            f = min(f, lf[w] - dur[w])
+        lf[v] = f
+    return es, lf
+
+
+def solve_ilp(p: Problem, deadline_s: float, time_limit_s: float | None = 60.0, gap_rel: float = 0.0,
+              warm_start: list[int] | np.ndarray | None = None, solver: str | None = None,
+              fallback_bound_j: float = -math.inf) -> ILPResult:
+    """Solve the compact MILP at ``deadline_s``; ``warm_start`` is an incumbent choice."""
+    import pulp
+
+    ix = p.index
+    allowed = allowed_options(p, deadline_s)
+    prob = pulp.LpProblem("ecal_plan", pulp.LpMinimize)
+    x = [{a: _var(prob, f"x_{v}_{a}", 0, 1, "Binary") for a in allowed[v]} for v in range(ix.n)]
+    S = [_var(prob, f"S_{v}", 0, deadline_s, "Continuous") for v in range(ix.n)]
+    M = _var(prob, "M", 0, deadline_s, "Continuous")
+    dur = [pulp.lpSum(float(ix.time[v][a]) * xv for a, xv in x[v].items()) for v in range(ix.n)]
+    obj = [ix.p_total * M] + [pulp.lpSum(float(ix.cost[v][a]) * xv for a, xv in x[v].items())
+                              for v in range(ix.n)]
+    for v in range(ix.n):
+        prob += pulp.lpSum(x[v].values()) == 1, f"one_{v}"
+    for u, w in ix.edges:
+        prob += S[w] >= S[u] + dur[u], f"e_{u}_{w}"
+    for w in range(ix.n):
+        u = ix.dev_prev[w]
+        if u < 0:
+            continue
+        lat = 0
+        if ix.tau[w] is not None:
+            tau, ext = ix.tau[w], ix.extra[w]
+            y = {}
+            for a in allowed[u]:
+                for b in allowed[w]:
+                    if tau[a, b] > 0 or ext[a, b] > 0 or True:
+                        y[a, b] = _var(prob, f"y_{w}_{a}_{b}", 0, 1, "Continuous")
+            for a in allowed[u]:
+                prob += pulp.lpSum(y[a, b] for b in allowed[w]) == x[u][a], f"yr_{w}_{a}"
+            for b in allowed[w]:
+                prob += pulp.lpSum(y[a, b] for a in allowed[u]) == x[w][b], f"yc_{w}_{b}"
+            lat = pulp.lpSum(float(tau[a, b]) * yv for (a, b), yv in y.items() if tau[a, b] > 0)
+            obj.append(pulp.lpSum(float(ext[a, b]) * yv for (a, b), yv in y.items() if ext[a, b] > 0))
+        prob += S[w] >= S[u] + dur[u] + lat, f"d_{u}_{w}"
+    for v in range(ix.n):
+        if not ix.succs[v] and ix.dev_next[v] < 0:
+            prob += M >= S[v] + dur[v], f"m_{v}"
+    prob += pulp.lpSum(obj)
+    use_warm = False
+    if warm_start is not None and all(int(warm_start[v]) in x[v] for v in range(ix.n)):
+        st, _, mk = ix.schedule(warm_start)
+        if mk <= deadline_s * (1 + 1e-12):
+            for v in range(ix.n):
+                for a, xv in x[v].items():
+                    xv.setInitialValue(1 if a == int(warm_start[v]) else 0)
+                S[v].setInitialValue(float(st[v]))
+            M.setInitialValue(float(mk))
+            use_warm = True
+    slv = make_solver(solver, time_limit_s, gap_rel, warm_start=use_warm)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        prob.solve(slv)
+    sol = getattr(prob, "sol_status", None)
+    status = pulp.LpStatus.get(prob.status, str(prob.status))
+    if prob.status == pulp.LpStatusInfeasible:
+        return ILPResult(None, math.inf, math.inf, "infeasible", False, slv.name)
+    has_sol = sol in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible) or (
+        sol is None and prob.status == pulp.LpStatusOptimal)
+    if not has_sol:
+        return ILPResult(None, math.inf, fallback_bound_j, status.lower(), False, slv.name)
+    choice = []
+    for v in range(ix.n):
+        vals = {a: (xv.varValue or 0.0) for a, xv in x[v].items()}
+        choice.append(max(vals, key=vals.get))
+    energy = ix.objective(choice)
+    optimal = sol == pulp.LpSolutionOptimal and gap_rel == 0.0
+    if optimal:
+        bound = energy
+    elif sol == pulp.LpSolutionOptimal:
+        bound = max(fallback_bound_j, energy * (1 - gap_rel))   # optimal to within gap_rel
+    else:
+        bound = fallback_bound_j
+    return ILPResult(choice, energy, bound, "optimal" if optimal else
+                     ("gap" if sol == pulp.LpSolutionOptimal else "time_limit"), optimal, slv.name)

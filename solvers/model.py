@@ -1,0 +1,548 @@
+"""The planning problem: tasks on devices, a DAG, per-task operating points, idle power and
+switching costs (spec §4.5, §9.3, §9.5; DESIGN.md "static power belongs to devices").
+
+Energy of an assignment (one option per task), with makespan M:
+
+    E = Σ_dev P_dev·(M − busy_dev − switch_time_dev)      idle: ready power held while waiting
+      + Σ_task s·T                                        static while busy
+      + Σ_task d                                          dynamic
+      + Σ_switch max(ε, P_dev·τ)                          transitions (as ``frontier.dag``)
+
+which the solvers use in the equivalent form
+``E = P_total·M + Σ_task (E_task − P_dev·T_task) + Σ_switch (max(ε, P_dev·τ) − P_dev·τ)``:
+per-task *effective energy* (Perseus) plus a charge on the makespan. Same-device order is the
+order in which tasks of a device are listed; consecutive tasks on one device become edges, and a
+switch of ω_dev between them costs (τ, ε) from that device's transition rule.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Protocol
+
+import numpy as np
+
+from frontier.errors import EnergyCalculusError
+from frontier.operating_point import OperatingPoint
+from frontier.signature import Signature
+
+
+class ProblemError(EnergyCalculusError):
+    """The problem is malformed (cycle, unknown task or device, empty options, NaN, ...)."""
+
+
+class InfeasibleError(EnergyCalculusError):
+    """No assignment meets the deadline. ``fastest_makespan_s`` says what is achievable."""
+
+    def __init__(self, message: str, fastest_makespan_s: float):
+        self.fastest_makespan_s = fastest_makespan_s
+        super().__init__(message)
+
+
+class SolverUnavailableError(EnergyCalculusError):
+    """No MILP solver is available to PuLP (PuLP 4 ships none: ``pip install 'pulp[cbc]'`` or
+    ``highspy``)."""
+
+
+class TransitionCost(Protocol):
+    """Anything that prices switching ω_dev: ``cost(frm, to) -> (time_s, energy_j)``
+    (e.g. ``frontier.transition.TransitionTable`` or :class:`ConstantTransition`)."""
+
+    def cost(self, frm: Any, to: Any) -> tuple[float, float]:  # pragma: no cover - protocol
+        ...
+
+
+@dataclass(frozen=True)
+class ConstantTransition:
+    """Every change of ω_dev costs ``time_s`` and ``energy_j`` (total energy of the switch);
+    no change costs nothing."""
+
+    time_s: float
+    energy_j: float = 0.0
+
+    def __post_init__(self) -> None:
+        for what, v in (("time_s", self.time_s), ("energy_j", self.energy_j)):
+            if not math.isfinite(float(v)) or float(v) < 0:
+                raise ProblemError(f"ConstantTransition: {what} must be finite and >= 0, got {v!r}")
+
+    def cost(self, frm: Any, to: Any) -> tuple[float, float]:
+        """(time_s, energy_j) of switching from ``frm`` to ``to``."""
+        if frm is None or frm == to:
+            return (0.0, 0.0)
+        return (float(self.time_s), float(self.energy_j))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (``{"constant": {"time_s", "energy_j"}}``)."""
+        return {"constant": {"time_s": self.time_s, "energy_j": self.energy_j}}
+
+
+@dataclass(frozen=True)
+class Option:
+    """One operating point of a task: T, static power s (while busy), dynamic energy d and the
+    variances of the T and d estimates. ``key`` identifies the measurement (a measurement used by
+    several tasks has one key, so its error counts k²·var)."""
+
+    time_s: float
+    s_w: float
+    d_j: float
+    var_time_s2: float = 0.0
+    var_d_j2: float = 0.0
+    omega: OperatingPoint = OperatingPoint()
+    key: str = ""
+    label: str = ""
+
+    @property
+    def energy_j(self) -> float:
+        """E = s·T + d, joules."""
+        return self.s_w * self.time_s + self.d_j
+
+    @classmethod
+    def from_signature(cls, sig: Signature) -> Option:
+        """The option measured by ``sig`` (its ω, T, s, d and estimate variances)."""
+        return cls(time_s=sig.time_s, s_w=sig.s_w, d_j=sig.d_j, var_time_s2=sig.var_time_s2,
+                   var_d_j2=sig.var_d_j2, omega=sig.omega, key=sig.key,
+                   label=sig.omega.label() if sig.omega != OperatingPoint() else sig.name)
+
+
+@dataclass(frozen=True)
+class Task:
+    """A task on one device with its candidate options."""
+
+    name: str
+    device: str
+    options: tuple[Option, ...]
+
+
+def _num(where: str, what: str, v: Any, *, minimum: float | None = 0.0) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise ProblemError(f"{where}: {what} must be a number, got {v!r}") from None
+    if not math.isfinite(f):
+        raise ProblemError(f"{where}: {what} is {f!r} (must be finite)")
+    if minimum is not None and f < minimum:
+        raise ProblemError(f"{where}: {what} = {f!r} is negative")
+    return f
+
+
+def _option_from(task: str, i: int, o: Any) -> Option:
+    """Accept an Option, a Signature, a (time_s, energy_j) pair or a mapping."""
+    where = f"task {task!r} option {i}"
+    if isinstance(o, Option):
+        opt = o
+    elif isinstance(o, Signature):
+        opt = Option.from_signature(o)
+    elif isinstance(o, Mapping):
+        known = {"time_s", "energy_j", "s_w", "d_j", "sd_time_s", "sd_energy_j", "var_time_s2",
+                 "var_d_j2", "omega", "sm_clock_mhz", "label", "key"}
+        bad = set(o) - known
+        if bad:
+            raise ProblemError(f"{where}: unknown field(s) {sorted(bad)}; known: {sorted(known)}")
+        t = _num(where, "time_s", o.get("time_s"))
+        s = _num(where, "s_w", o.get("s_w", 0.0))
+        if "d_j" in o:
+            d = _num(where, "d_j", o["d_j"], minimum=None)
+        elif "energy_j" in o:
+            d = _num(where, "energy_j", o["energy_j"]) - s * t
+        else:
+            raise ProblemError(f"{where}: needs energy_j or d_j")
+        omega = o.get("omega")
+        if omega is None and o.get("sm_clock_mhz") is not None:
+            omega = {"sm_clock_mhz": o["sm_clock_mhz"]}
+        try:
+            omega = omega if isinstance(omega, OperatingPoint) else OperatingPoint.from_dict(omega)
+        except ValueError as exc:
+            raise ProblemError(f"{where}: omega: {exc}") from None
+        vt = o.get("var_time_s2", _num(where, "sd_time_s", o.get("sd_time_s", 0.0)) ** 2)
+        vd = o.get("var_d_j2", _num(where, "sd_energy_j", o.get("sd_energy_j", 0.0)) ** 2)
+        opt = Option(t, s, d, _num(where, "var_time_s2", vt), _num(where, "var_d_j2", vd), omega,
+                     str(o.get("key", "")), str(o.get("label", "")))
+    else:
+        try:
+            t, e = o
+        except (TypeError, ValueError):
+            raise ProblemError(f"{where}: expected Option, Signature, (time_s, energy_j) or a "
+                               f"mapping, got {o!r}") from None
+        opt = Option(_num(where, "time_s", t), 0.0, _num(where, "energy_j", e))
+    for what in ("time_s", "s_w", "var_time_s2", "var_d_j2"):
+        _num(where, what, getattr(opt, what))
+    _num(where, "d_j", opt.d_j, minimum=None)
+    if opt.d_j < 0:
+        raise ProblemError(f"{where}: dynamic energy d = {opt.d_j:.6g} J is negative (E < s·T)")
+    if not opt.key:
+        opt = Option(opt.time_s, opt.s_w, opt.d_j, opt.var_time_s2, opt.var_d_j2, opt.omega,
+                     f"{task}#{i}", opt.label)
+    if not opt.label:
+        opt = Option(opt.time_s, opt.s_w, opt.d_j, opt.var_time_s2, opt.var_d_j2, opt.omega,
+                     opt.key, opt.omega.label() if opt.omega != OperatingPoint() else f"#{i}")
+    return opt
+
+
+def _find_cycle(n: int, succ: list[list[int]]) -> list[int]:
+    """A cycle in a graph known to have one (iterative DFS, colours)."""
+    colour = [0] * n
+    parent = [-1] * n
+    for root in range(n):
+        if colour[root]:
+            continue
+        stack = [(root, iter(succ[root]))]
+        colour[root] = 1
+        while stack:
+            v, it = stack[-1]
+            w = next(it, None)
+            if w is None:
+                colour[v] = 2
+                stack.pop()
+            elif colour[w] == 0:
+                colour[w] = 1
+                parent[w] = v
+                stack.append((w, iter(succ[w])))
+            elif colour[w] == 1:
+                cyc = [v]
+                while cyc[-1] != w:
+                    cyc.append(parent[cyc[-1]])
+                return cyc[::-1]
+    return []
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Choose one option per task; minimise energy under a makespan deadline.
+
+    Parameters
+    ----------
+    tasks : the tasks; same-device order is the order of listing.
+    edges : (before, after) task-name pairs (cross-device dependencies and any others).
+    idle_power_w : per-device ready power held while the device waits, W (default 0).
+    transitions : per-device switching rule (``cost(frm_dev, to_dev) -> (time_s, energy_j)``);
+        a single rule object applies to every device. ``None``: switching is free.
+    name : a label used in plans and errors.
+
+    Build with :meth:`build` from plain data; the constructor validates and indexes.
+    """
+
+    tasks: tuple[Task, ...]
+    edges: tuple[tuple[str, str], ...] = ()
+    idle_power_w: Mapping[str, float] = field(default_factory=dict)
+    transitions: Any = None
+    name: str = "problem"
+
+    def __post_init__(self) -> None:
+        tasks = tuple(self.tasks)
+        if not tasks:
+            raise ProblemError(f"{self.name}: no tasks")
+        fixed = []
+        seen: set[str] = set()
+        for t in tasks:
+            if not isinstance(t, Task):
+                raise ProblemError(f"{self.name}: tasks must be Task objects, got {t!r}")
+            if t.name in seen:
+                raise ProblemError(f"{self.name}: duplicate task name {t.name!r}")
+            seen.add(t.name)
+            if not t.options:
+                raise ProblemError(f"task {t.name!r}: no options")
+            opts = tuple(_option_from(t.name, i, o) for i, o in enumerate(t.options))
+            fixed.append(Task(str(t.name), str(t.device), opts))
+        object.__setattr__(self, "tasks", tuple(fixed))
+        idle = {}
+        for dev, p in dict(self.idle_power_w).items():
+            idle[str(dev)] = _num(f"device {dev!r}", "idle power", p)
+        object.__setattr__(self, "idle_power_w", MappingProxyType(idle))
+        edges = []
+        for e in self.edges:
+            try:
+                a, b = e
+            except (TypeError, ValueError):
+                raise ProblemError(f"{self.name}: an edge must be a (before, after) pair, got {e!r}") from None
+            for x in (a, b):
+                if x not in seen:
+                    raise ProblemError(f"{self.name}: edge {a!r} -> {b!r} names unknown task {x!r}")
+            if a == b:
+                raise ProblemError(f"{self.name}: edge {a!r} -> {b!r} is a self-loop (a cycle)")
+            edges.append((str(a), str(b)))
+        object.__setattr__(self, "edges", tuple(edges))
+        if isinstance(self.transitions, Mapping):
+            tr = dict(self.transitions)
+            devs = {t.device for t in self.tasks}
+            for dev, rule in tr.items():
+                if dev not in devs:
+                    raise ProblemError(f"{self.name}: transitions for unknown device {dev!r}; "
+                                       f"devices: {sorted(devs)}")
+                if rule is not None and not hasattr(rule, "cost"):
+                    raise ProblemError(f"device {dev!r}: transition rule needs a cost(frm, to) method")
+            object.__setattr__(self, "transitions", MappingProxyType(tr))
+        elif self.transitions is not None and not hasattr(self.transitions, "cost"):
+            raise ProblemError(f"{self.name}: transitions need a cost(frm, to) method")
+        object.__setattr__(self, "_ix", _Index(self))
+
+    # -- construction -----------------------------------------------------------------------
+    @classmethod
+    def build(cls, tasks: Mapping[str, tuple[str, Sequence[Any]]] | Iterable[tuple[str, str, Sequence[Any]]],
+              edges: Iterable[tuple[str, str]] = (), idle_power_w: Mapping[str, float] | None = None,
+              transitions: Any = None, name: str = "problem") -> Problem:
+        """From plain data: ``tasks`` maps name → (device, options) or is a sequence of
+        (name, device, options); options are ``Signature``s, ``Option``s, (time_s, energy_j)
+        pairs or mappings (``time_s``, ``energy_j`` or ``d_j``, ``s_w``, ``sd_*``, ``omega``).
+
+        >>> p = Problem.build({"a": ("gpu0", [(1.0, 10.0), (2.0, 6.0)])}, idle_power_w={"gpu0": 1})
+        >>> p.fastest_makespan_s()
+        1.0
+        """
+        items = [(k, *v) for k, v in tasks.items()] if isinstance(tasks, Mapping) else list(tasks)
+        ts = []
+        for it in items:
+            try:
+                nm, dev, opts = it
+            except (TypeError, ValueError):
+                raise ProblemError(f"{name}: a task must be (name, device, options), got {it!r}") from None
+            ts.append(Task(str(nm), str(dev), tuple(opts)))
+        return cls(tuple(ts), tuple(edges), dict(idle_power_w or {}), transitions, name)
+
+    def with_(self, **changes: Any) -> Problem:
+        """A copy with some fields changed (re-validated)."""
+        d = {k: getattr(self, k) for k in ("tasks", "edges", "idle_power_w", "transitions", "name")}
+        d["idle_power_w"] = dict(self.idle_power_w)
+        if isinstance(d["transitions"], Mapping):
+            d["transitions"] = dict(d["transitions"])
+        d.update(changes)
+        return Problem(**d)
+
+    # -- derived ----------------------------------------------------------------------------
+    @property
+    def index(self) -> _Index:
+        """Integer-indexed arrays the solvers use."""
+        return self.__dict__["_ix"]
+
+    @property
+    def n_tasks(self) -> int:
+        """Number of tasks."""
+        return len(self.tasks)
+
+    @property
+    def has_transitions(self) -> bool:
+        """Whether any consecutive same-device pair can pay a switch."""
+        return self.index.has_transitions
+
+    def rule(self, device: str) -> Any:
+        """The transition rule of ``device`` (None: free)."""
+        if isinstance(self.transitions, Mapping):
+            return self.transitions.get(device)
+        return self.transitions
+
+    def fastest_makespan_s(self) -> float:
+        """Makespan with every task at its fastest option (switch latencies included).
+
+        Without switch latencies this is the fastest achievable makespan; with them it is the
+        makespan of the all-fastest plan (a cheaper switch pattern could in rare cases be faster).
+        """
+        ix = self.index
+        return float(ix.makespan(ix.fastest_choice()))
+
+    def deadline_s(self, deadline: float | str) -> float:
+        """Resolve a deadline: seconds, or ``"1.05x"`` (a factor of the fastest makespan)."""
+        if isinstance(deadline, str):
+            m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*[xX]\s*", deadline)
+            if m:
+                return float(m.group(1)) * self.fastest_makespan_s()
+            try:
+                deadline = float(deadline.strip().removesuffix("s"))
+            except ValueError:
+                raise ProblemError(f"deadline {deadline!r}: expected seconds or a factor such as '1.05x'") from None
+        d = _num("deadline", "seconds", deadline)
+        if d <= 0:
+            raise ProblemError(f"deadline must be > 0 s, got {d}")
+        return d
+
+    def check_feasible(self, deadline_s: float) -> None:
+        """Raise :class:`InfeasibleError` when ``deadline_s`` is below the fastest makespan."""
+        fm = self.fastest_makespan_s()
+        if deadline_s < fm * (1 - 1e-12) - 1e-15:
+            raise InfeasibleError(
+                f"{self.name}: deadline {deadline_s:.6g} s is below the fastest achievable "
+                f"makespan {fm:.6g} s (all tasks at their fastest option)", fm)
+
+
+class _Index:
+    """Integer view of a :class:`Problem`: topological order, predecessor lists, per-task arrays,
+    device sequences and transition matrices between consecutive same-device tasks."""
+
+    def __init__(self, p: Problem):
+        self.names = [t.name for t in p.tasks]
+        self.pos = {k: i for i, k in enumerate(self.names)}
+        n = len(self.names)
+        self.n = n
+        self.device = [t.device for t in p.tasks]
+        devs = list(dict.fromkeys(self.device))
+        self.devices = devs + sorted(set(p.idle_power_w) - set(devs))
+        self.power = {d: float(p.idle_power_w.get(d, 0.0)) for d in self.devices}
+        self.p_total = sum(self.power.values())
+        self.time = [np.array([o.time_s for o in t.options]) for t in p.tasks]
+        self.energy = [np.array([o.energy_j for o in t.options]) for t in p.tasks]
+        # Effective energy: what a task adds beyond the device's idle power over its duration.
+        self.cost = [self.energy[i] - self.power[self.device[i]] * self.time[i] for i in range(n)]
+        self.k = [len(t.options) for t in p.tasks]
+        dev_seq: dict[str, list[int]] = {d: [] for d in devs}
+        for i, d in enumerate(self.device):
+            dev_seq[d].append(i)
+        self.dev_seq = dev_seq
+        edge_set: dict[tuple[int, int], None] = {}
+        for a, b in p.edges:
+            edge_set[(self.pos[a], self.pos[b])] = None
+        self.dev_prev = [-1] * n
+        self.dev_next = [-1] * n
+        for seq in dev_seq.values():
+            for a, b in zip(seq, seq[1:]):
+                self.dev_prev[b] = a
+                self.dev_next[a] = b
+                edge_set.pop((a, b), None)
+        self.edges = list(edge_set)          # cross (non device-order) edges
+        self.preds: list[list[int]] = [[] for _ in range(n)]
+        self.succs: list[list[int]] = [[] for _ in range(n)]
+        for a, b in self.edges:
+            self.preds[b].append(a)
+            self.succs[a].append(b)
+        self.order = self._topo(p.name)
+        # Switch matrices for each consecutive same-device pair (a, b): tau[b], extra[b]
+        # (extra = max(ε, P·τ) − P·τ, what the switch costs beyond idle power).
+        self.tau: list[np.ndarray | None] = [None] * n
+        self.extra: list[np.ndarray | None] = [None] * n
+        self.has_transitions = False
+        cache: dict[tuple[str, Any, Any], tuple[float, float]] = {}
+        for d, seq in dev_seq.items():
+            rule = p.rule(d)
+            if rule is None:
+                continue
+            pw = self.power[d]
+            for a, b in zip(seq, seq[1:]):
+                oa = [o.omega.dev for o in p.tasks[a].options]
+                ob = [o.omega.dev for o in p.tasks[b].options]
+                tau = np.zeros((len(oa), len(ob)))
+                ext = np.zeros((len(oa), len(ob)))
+                for i, wa in enumerate(oa):
+                    for j, wb in enumerate(ob):
+                        if wa == wb:
+                            continue
+                        key = (d, wa, wb)
+                        c = cache.get(key)
+                        if c is None:
+                            try:
+                                c = tuple(float(x) for x in rule.cost(wa, wb))
+                            except (TypeError, ValueError) as exc:
+                                raise ProblemError(f"device {d!r}: transition {wa.label()} -> "
+                                                   f"{wb.label()}: {exc}") from None
+                            if len(c) != 2 or not all(math.isfinite(x) and x >= 0 for x in c):
+                                raise ProblemError(f"device {d!r}: transition {wa.label()} -> "
+                                                   f"{wb.label()} cost {c!r} must be (time_s >= 0, energy_j >= 0)")
+                            cache[key] = c
+                        tau[i, j] = c[0]
+                        ext[i, j] = max(c[1], pw * c[0]) - pw * c[0]
+                if tau.any() or ext.any():
+                    self.has_transitions = True
+                    self.tau[b] = tau
+                    self.extra[b] = ext
+
+    def _topo(self, name: str) -> list[int]:
+        n = self.n
+        succ = [list(s) for s in self.succs]
+        for a in range(n):
+            if self.dev_next[a] >= 0:
+                succ[a].append(self.dev_next[a])
+        indeg = [0] * n
+        for a in range(n):
+            for b in succ[a]:
+                indeg[b] += 1
+        stack = [i for i in range(n) if indeg[i] == 0][::-1]
+        order = []
+        while stack:
+            v = stack.pop()
+            order.append(v)
+            for w in succ[v]:
+                indeg[w] -= 1
+                if indeg[w] == 0:
+                    stack.append(w)
+        if len(order) < n:
+            cyc = _find_cycle(n, succ)
+            path = " -> ".join(self.names[i] for i in cyc + cyc[:1])
+            raise ProblemError(f"{name}: dependencies (with same-device order) form a cycle: {path}")
+        return order
+
+    # -- evaluation -------------------------------------------------------------------------
+    def fastest_choice(self) -> np.ndarray:
+        """Index of each task's fastest option (cheapest among ties)."""
+        return np.array([int(np.lexsort((c, t))[0]) for t, c in zip(self.time, self.cost)])
+
+    def durations(self, choice: Sequence[int]) -> np.ndarray:
+        """Duration of each task under ``choice``."""
+        return np.array([self.time[i][choice[i]] for i in range(self.n)])
+
+    def switch_tau(self, choice: Sequence[int]) -> np.ndarray:
+        """Switch latency before each task (0 when none)."""
+        out = np.zeros(self.n)
+        for b in range(self.n):
+            if self.tau[b] is not None:
+                out[b] = self.tau[b][choice[self.dev_prev[b]], choice[b]]
+        return out
+
+    def schedule(self, choice: Sequence[int]) -> tuple[np.ndarray, np.ndarray, float]:
+        """Earliest start and end of each task and the makespan (ASAP list schedule)."""
+        dur = self.durations(choice)
+        tau = self.switch_tau(choice)
+        start = np.zeros(self.n)
+        end = np.zeros(self.n)
+        for v in self.order:
+            s = 0.0
+            for u in self.preds[v]:
+                if end[u] > s:
+                    s = end[u]
+            u = self.dev_prev[v]
+            if u >= 0 and end[u] + tau[v] > s:
+                s = end[u] + tau[v]
+            start[v] = s
+            end[v] = s + dur[v]
+        return start, end, float(end.max()) if self.n else 0.0
+
+    def makespan(self, choice: Sequence[int]) -> float:
+        """Makespan of ``choice``."""
+        return self.schedule(choice)[2]
+
+    def latest(self, choice: Sequence[int], horizon_s: float) -> np.ndarray:
+        """Latest finish of each task so that everything ends by ``horizon_s``."""
+        dur = self.durations(choice)
+        tau = self.switch_tau(choice)
+        lf = np.full(self.n, float(horizon_s))
+        for v in reversed(self.order):
+            f = lf[v]
+            for w in self.succs[v]:
+                x = lf[w] - dur[w]
+                if x < f:
+                    f = x
+            w = self.dev_next[v]
+            if w >= 0:
+                x = lf[w] - dur[w] - tau[w]
+                if x < f:
+                    f = x
+            lf[v] = f
+        return lf
+
+    def switch_extra(self, choice: Sequence[int]) -> tuple[float, int]:
+        """Σ extra switch energy beyond idle power, and the number of ω_dev switches."""
+        tot, n_sw = 0.0, 0
+        for b in range(self.n):
+            m = self.tau[b]
+            if m is not None:
+                a = self.dev_prev[b]
+                i, j = choice[a], choice[b]
+                if m[i, j] > 0 or self.extra[b][i, j] > 0:
+                    n_sw += 1
+                    tot += self.extra[b][i, j]
+        return tot, n_sw
+
+    def objective(self, choice: Sequence[int], makespan_s: float | None = None) -> float:
+        """Total energy of ``choice`` (J) with the device horizon at its makespan."""
+        m = self.makespan(choice) if makespan_s is None else makespan_s
+        c = sum(float(self.cost[i][choice[i]]) for i in range(self.n))
+        return self.p_total * m + c + self.switch_extra(choice)[0]

@@ -1,0 +1,293 @@
+"""Plans: one option per task with start/end times, energy breakdown, propagated σ and the
+proven optimality gap; and Pareto curves (energy vs deadline) made of plans."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from frontier.errors import FormatError
+from frontier.io import read_json, write_json_atomic
+
+from .model import Problem
+
+PLAN_SCHEMA = "ecal.plan/1"
+CURVE_SCHEMA = "ecal.pareto/1"
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """One task's choice: option index and label, times and predicted T/E."""
+
+    name: str
+    device: str
+    option: int
+    label: str
+    start_s: float
+    end_s: float
+    time_s: float
+    energy_j: float
+    power_w: float
+    slack_s: float
+    sm_clock_mhz: float | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A chosen operating point per task and what it costs.
+
+    ``energy_j`` = ``static_busy_j + idle_j + dynamic_j + transition_j``; ``sd_*`` are the
+    delta-method σ over the distinct measurements used (a measurement used k times contributes
+    k²·var). ``lower_bound_j`` is a proven lower bound on the optimum at this deadline and
+    ``gap`` = (energy − bound)/energy (0 only when optimality is proven). ``status`` is
+    ``optimal``, ``feasible`` (gap not closed) or ``time_limit``.
+    """
+
+    problem: str
+    method: str
+    status: str
+    deadline_s: float
+    makespan_s: float
+    sd_makespan_s: float
+    energy_j: float
+    sd_energy_j: float
+    static_busy_j: float
+    idle_j: float
+    dynamic_j: float
+    transition_j: float
+    n_switches: int
+    lower_bound_j: float
+    gap: float
+    wall_s: float
+    tasks: tuple[TaskPlan, ...]
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def choice(self) -> dict[str, int]:
+        """Task name → option index."""
+        return {t.name: t.option for t in self.tasks}
+
+    def summary(self) -> str:
+        """A short human table."""
+        per_dev: dict[str, list[str]] = {}
+        for t in self.tasks:
+            per_dev.setdefault(t.device, []).append(t.label)
+        lines = [
+            f"plan for {self.problem}  (method {self.method}, {self.status})",
+            f"  deadline   {self.deadline_s * 1e3:10.3f} ms",
+            f"  makespan   {self.makespan_s * 1e3:10.3f} ms ± {self.sd_makespan_s * 1e3:.3f}",
+            f"  energy     {self.energy_j:10.3f} J  ± {self.sd_energy_j:.3f}",
+            f"    static busy {self.static_busy_j:10.3f} J   idle {self.idle_j:10.3f} J",
+            f"    dynamic     {self.dynamic_j:10.3f} J   transitions {self.transition_j:8.3f} J",
+            f"  switches   {self.n_switches}",
+            f"  bound      {self.lower_bound_j:10.3f} J   gap {self.gap * 100:.3f} %",
+            f"  wall time  {self.wall_s:.3f} s",
+        ]
+        for dev, labels in list(per_dev.items())[:8]:
+            uniq = list(dict.fromkeys(labels))
+            shown = ", ".join(uniq[:4]) + (f", … ({len(uniq)} distinct)" if len(uniq) > 4 else "")
+            lines.append(f"  {dev}: {len(labels)} tasks at {shown}")
+        if len(per_dev) > 8:
+            lines.append(f"  … {len(per_dev) - 8} more devices")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (``schema_version`` ``ecal.plan/1``)."""
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("tasks", "meta")}
+        d["schema_version"] = PLAN_SCHEMA
+        d["meta"] = dict(self.meta)
+        d["tasks"] = [dict(vars(t)) for t in self.tasks]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], file: str = "<dict>") -> Plan:
+        """Inverse of :meth:`to_dict`; errors name the file and field."""
+        if not isinstance(d, Mapping):
+            raise FormatError(file, "$", "a plan must be a JSON object")
+        if d.get("schema_version") != PLAN_SCHEMA:
+            raise FormatError(file, "schema_version", f"expected {PLAN_SCHEMA!r}, got {d.get('schema_version')!r}")
+        kw: dict[str, Any] = {}
+        for k in cls.__dataclass_fields__:
+            if k in ("tasks", "meta"):
+                continue
+            if k not in d:
+                raise FormatError(file, k, "missing")
+            kw[k] = d[k]
+        tasks = []
+        for i, t in enumerate(d.get("tasks", [])):
+            try:
+                tasks.append(TaskPlan(**t))
+            except TypeError as exc:
+                raise FormatError(file, f"tasks[{i}]", str(exc)) from None
+        return cls(**kw, tasks=tuple(tasks), meta=dict(d.get("meta", {})))
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the plan as JSON atomically."""
+        write_json_atomic(path, self.to_dict())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Plan:
+        """Read a plan written by :meth:`save`."""
+        return cls.from_dict(read_json(path), str(path))
+
+
+def _gap(energy: float, bound: float) -> float:
+    if not math.isfinite(bound) or energy <= 0:
+        return math.inf
+    return max(0.0, (energy - bound) / energy)
+
+
+def make_plan(problem: Problem, choice: Sequence[int], deadline_s: float, *, method: str,
+              lower_bound_j: float, wall_s: float, proven: bool = False,
+              status: str | None = None, meta: Mapping[str, Any] | None = None) -> Plan:
+    """Evaluate ``choice`` on ``problem`` into a :class:`Plan`.
+
+    ``proven`` marks an exact optimum (gap 0, bound = energy). Otherwise the gap is measured
+    against ``lower_bound_j``.
+    """
+    ix = problem.index
+    choice = [int(c) for c in choice]
+    start, end, mk = ix.schedule(choice)
+    lf = ix.latest(choice, max(deadline_s, mk))
+    dur = end - start
+    tau = ix.switch_tau(choice)
+    extra, _ = ix.switch_extra(choice)
+    opts = [problem.tasks[i].options[choice[i]] for i in range(ix.n)]
+    static_busy = float(sum(o.s_w * o.time_s for o in opts))
+    dynamic = float(sum(o.d_j for o in opts))
+    busy = {d: 0.0 for d in ix.devices}
+    sw_time = {d: 0.0 for d in ix.devices}
+    n_sw = 0
+    for i in range(ix.n):
+        busy[ix.device[i]] += dur[i]
+        sw_time[ix.device[i]] += tau[i]
+        a = ix.dev_prev[i]
+        if a >= 0 and opts[a].omega.dev != opts[i].omega.dev:
+            n_sw += 1
+    idle = float(sum(ix.power[d] * max(mk - busy[d] - sw_time[d], 0.0) for d in ix.devices))
+    trans = float(sum(ix.power[ix.device[i]] * tau[i] for i in range(ix.n))) + extra
+    energy = static_busy + idle + dynamic + trans
+
+    # Delta method over distinct measurements: critical path uses set dM/dT.
+    crit = _critical(ix, start, end, tau, mk)
+    d_t: dict[str, float] = {}
+    d_e_t: dict[str, float] = {}
+    d_e_d: dict[str, float] = {}
+    var: dict[str, tuple[float, float]] = {}
+    for i, o in enumerate(opts):
+        k = o.key
+        var[k] = (o.var_time_s2, o.var_d_j2)
+        d_e_d[k] = d_e_d.get(k, 0.0) + 1.0
+        d_e_t[k] = d_e_t.get(k, 0.0) + (o.s_w - ix.power[ix.device[i]])
+        if crit[i]:
+            d_t[k] = d_t.get(k, 0.0) + 1.0
+            d_e_t[k] += ix.p_total
+    var_t = sum(d_t.get(k, 0.0) ** 2 * v[0] for k, v in var.items())
+    var_e = sum(d_e_t[k] ** 2 * v[0] + d_e_d[k] ** 2 * v[1] for k, v in var.items())
+
+    tasks = tuple(
+        TaskPlan(ix.names[i], ix.device[i], choice[i], opts[i].label, float(start[i]), float(end[i]),
+                 float(dur[i]), float(opts[i].energy_j),
+                 float(opts[i].energy_j / dur[i]) if dur[i] > 0 else float(opts[i].s_w),
+                 float(max(lf[i] - end[i], 0.0)), opts[i].omega.sm_clock_mhz)
+        for i in range(ix.n))
+    bound = energy if proven else float(lower_bound_j)
+    gap = 0.0 if proven else _gap(energy, bound)
+    if status is None:
+        status = "optimal" if proven else "feasible"
+    return Plan(problem.name, method, status, float(deadline_s), float(mk), math.sqrt(var_t),
+                float(energy), math.sqrt(var_e), static_busy, idle, dynamic, trans, n_sw,
+                bound, gap, float(wall_s), tasks, dict(meta or {}))
+
+
+def _critical(ix, start: np.ndarray, end: np.ndarray, tau: np.ndarray, mk: float) -> list[bool]:
+    """Tasks on one critical path (walking back from the task that ends last)."""
+    crit = [False] * ix.n
+    tol = 1e-12 * max(mk, 1.0)
+    v = int(np.argmax(end))
+    while v >= 0:
+        crit[v] = True
+        nxt = -1
+        u = ix.dev_prev[v]
+        if u >= 0 and abs(end[u] + tau[v] - start[v]) <= tol and start[v] > 0:
+            nxt = u
+        else:
+            for u in ix.preds[v]:
+                if abs(end[u] - start[v]) <= tol and start[v] > 0:
+                    nxt = u
+                    break
+        v = nxt
+    return crit
+
+
+@dataclass(frozen=True)
+class ParetoCurve:
+    """Energy vs deadline: one plan per deadline, sorted by deadline. ``exact`` says whether the
+    points are proven optima (then ``gap`` is 0 at each)."""
+
+    problem: str
+    method: str
+    plans: tuple[Plan, ...]
+    wall_s: float
+    exact: bool = False
+
+    @property
+    def deadlines_s(self) -> np.ndarray:
+        """Deadline of each point, s."""
+        return np.array([p.deadline_s for p in self.plans])
+
+    @property
+    def energies_j(self) -> np.ndarray:
+        """Energy of each point, J."""
+        return np.array([p.energy_j for p in self.plans])
+
+    @property
+    def bounds_j(self) -> np.ndarray:
+        """Lower bound at each point, J."""
+        return np.array([p.lower_bound_j for p in self.plans])
+
+    def energy_at(self, deadline_s: float) -> float:
+        """Least energy of a plan on the curve whose makespan meets ``deadline_s`` (inf if none)."""
+        best = math.inf
+        for p in self.plans:
+            if p.makespan_s <= deadline_s * (1 + 1e-12) and p.energy_j < best:
+                best = p.energy_j
+        return best
+
+    def summary(self) -> str:
+        """A short human table (at most ~12 rows)."""
+        n = len(self.plans)
+        lines = [f"pareto curve for {self.problem}: {n} points, method {self.method}, "
+                 f"{'exact' if self.exact else 'bounded'}, {self.wall_s:.2f} s",
+                 f"  {'deadline ms':>12} {'makespan ms':>12} {'energy J':>12} {'gap %':>8} {'switches':>8}"]
+        idx = sorted(set(np.linspace(0, n - 1, min(n, 12)).round().astype(int))) if n else []
+        for i in idx:
+            p = self.plans[i]
+            lines.append(f"  {p.deadline_s * 1e3:12.3f} {p.makespan_s * 1e3:12.3f} {p.energy_j:12.3f} "
+                         f"{p.gap * 100:8.3f} {p.n_switches:8d}")
+        if n:
+            lines.append(f"  max gap {max(p.gap for p in self.plans) * 100:.3f} %")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (``schema_version`` ``ecal.pareto/1``)."""
+        return {"schema_version": CURVE_SCHEMA, "problem": self.problem, "method": self.method,
+                "wall_s": self.wall_s, "exact": self.exact,
+                "plans": [p.to_dict() for p in self.plans]}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], file: str = "<dict>") -> ParetoCurve:
+        """Inverse of :meth:`to_dict`."""
+        if not isinstance(d, Mapping) or d.get("schema_version") != CURVE_SCHEMA:
+            raise FormatError(file, "schema_version", f"expected {CURVE_SCHEMA!r}")
+        plans = tuple(Plan.from_dict(p, f"{file}:plans[{i}]") for i, p in enumerate(d.get("plans", [])))
+        return cls(d["problem"], d["method"], plans, float(d["wall_s"]), bool(d.get("exact", False)))
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the curve as JSON atomically."""
+        write_json_atomic(path, self.to_dict())

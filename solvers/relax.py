@@ -1,0 +1,370 @@
+"""Fast method for large DAGs with a lower bound on every plan (solver-notes §3.2, §7).
+
+1. **Convex-hull LP relaxation** (HiGHS through ``scipy.optimize.linprog``): each task's
+   options are replaced by the lower convex hull of its (T, effective energy) points, so a task
+   may take any time on the hull; precedence and same-device order are kept, switch costs
+   dropped. Its optimum is a valid lower bound.
+2. **Lagrangian bound with switches**: the LP's duals are an s–t flow μ on the precedence
+   edges. For any such flow the problem separates per device into a chain with per-task weight
+   ``cost + f_v·T`` plus switch costs ``extra + μ_e·τ``, solved exactly by a Viterbi pass.
+   The resulting bound is ≥ the LP bound when switches cost something; conservation errors of
+   the numerical duals are charged explicitly (S boxed in [0, D]), so the bound stays valid.
+3. **Rounding and repair**: each task takes the cheapest option no slower than its LP time
+   (the schedule then fits the LP makespan), the Lagrangian per-device choice is a second
+   candidate; a greedy *crash* speeds up critical tasks with the least Δenergy/Δtime until the
+   deadline holds (switch latencies included), and a *relax* pass gives each task the cheapest
+   option its float allows.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import linprog
+from scipy.sparse import coo_matrix
+
+from .model import Problem
+
+
+def lower_hull(t: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Indices of the lower-left convex hull of points (t, c), by increasing t (decreasing c)."""
+    o = np.lexsort((c, t))
+    hull: list[int] = []
+    for i in o:
+        if hull and c[i] >= c[hull[-1]]:
+            continue                          # slower and not cheaper: dominated
+        while len(hull) >= 2:
+            a, b = hull[-2], hull[-1]
+            # keep b only if it lies strictly below the segment a–i
+            cross = (t[b] - t[a]) * (c[i] - c[a]) - (c[b] - c[a]) * (t[i] - t[a])
+            if cross <= 0:
+                hull.pop()
+            else:
+                break
+        hull.append(int(i))
+    return np.array(hull, dtype=int)
+
+
+@dataclass(frozen=True)
+class LPResult:
+    """The relaxation at one deadline: bound, per-task LP time, makespan and edge duals."""
+
+    bound_j: float
+    time_s: np.ndarray
+    makespan_s: float
+    duals: np.ndarray          # μ ≥ 0 per row of the precedence block (see _LP.rows)
+
+
+class HullLP:
+    """The convex-hull LP of a problem, built once and re-solved for several deadlines."""
+
+    def __init__(self, p: Problem):
+        ix = p.index
+        self.p = p
+        n = ix.n
+        self.hulls = [lower_hull(ix.time[i], ix.cost[i]) for i in range(n)]
+        # Columns: S_0..S_{n-1}, M, then λ per task per hull point.
+        self.off = np.zeros(n + 1, dtype=int)
+        for i, h in enumerate(self.hulls):
+            self.off[i + 1] = self.off[i] + len(h)
+        nl = int(self.off[-1])
+        self.ncol = n + 1 + nl
+        lam0 = n + 1
+        tcol = np.concatenate([ix.time[i][h] for i, h in enumerate(self.hulls)])
+        ccol = np.concatenate([ix.cost[i][h] for i, h in enumerate(self.hulls)])
+        self.tcol = tcol
+        # Precedence rows: S_u + Σ λ_u t_u − S_w ≤ 0 (cross and device edges), and
+        # S_v + Σ λ_v t_v − M ≤ 0 for tasks without successors.
+        pairs = list(ix.edges) + [(ix.dev_prev[b], b) for b in range(n) if ix.dev_prev[b] >= 0]
+        sinks = [v for v in range(n) if not ix.succs[v] and ix.dev_next[v] < 0]
+        self.rows = pairs + [(v, -1) for v in sinks]
+        r, cidx, val = [], [], []
+        for k, (u, w) in enumerate(self.rows):
+            r.append(k)
+            cidx.append(u)
+            val.append(1.0)
+            sl = slice(self.off[u], self.off[u + 1])
+            cols = np.arange(sl.start, sl.stop) + lam0
+            r.extend([k] * len(cols))
+            cidx.extend(cols.tolist())
+            val.extend(tcol[sl].tolist())
+            r.append(k)
+            cidx.append(w if w >= 0 else n)
+            val.append(-1.0)
+        self.A_ub = coo_matrix((val, (r, cidx)), shape=(len(self.rows), self.ncol)).tocsr()
+        er, ec = [], []
+        for i in range(n):
+            for j in range(self.off[i], self.off[i + 1]):
+                er.append(i)
+                ec.append(lam0 + j)
+        self.A_eq = coo_matrix((np.ones(len(er)), (er, ec)), shape=(n, self.ncol)).tocsr()
+        self.c = np.concatenate([np.zeros(n), [ix.p_total], ccol])
+
+    def solve(self, deadline_s: float) -> LPResult:
+        """Solve at ``deadline_s`` (M ≤ D)."""
+        n = self.p.index.n
+        bounds = [(0, None)] * n + [(0, deadline_s)] + [(0, 1)] * (self.ncol - n - 1)
+        res = linprog(self.c, A_ub=self.A_ub, b_ub=np.zeros(self.A_ub.shape[0]), A_eq=self.A_eq,
+                      b_eq=np.ones(n), bounds=bounds, method="highs")
+        if res.status != 0:
+            raise RuntimeError(f"hull LP at D={deadline_s}: {res.message}")
+        x = res.x
+        lam = x[n + 1:]
+        times = np.add.reduceat(lam * self.tcol, self.off[:-1]) if n else np.zeros(0)
+        duals = -np.asarray(res.ineqlin.marginals)
+        return LPResult(float(res.fun), times, float(x[n]), np.maximum(duals, 0.0))
+
+
+@dataclass(frozen=True)
+class Flow:
+    """An s–t flow on the precedence rows (LP duals): per-task outflow f, μ on the device edge
+    into each task, and the constant part of the Lagrangian (conservation errors charged)."""
+
+    f: np.ndarray
+    mu_dev: np.ndarray
+    const_j: float
+
+
+def flow_from_duals(p: Problem, lp: HullLP, duals: np.ndarray, deadline_s: float) -> Flow:
+    """Per-task flows from the LP duals; S ∈ [0, D] and M ∈ [0, D] bound the residual terms."""
+    ix = p.index
+    n = ix.n
+    D = deadline_s
+    f = np.zeros(n)
+    net = np.zeros(n)
+    flow_sink = 0.0
+    mu_dev = np.zeros(n)
+    for k, (u, w) in enumerate(lp.rows):
+        m = duals[k]
+        f[u] += m
+        net[u] += m
+        if w >= 0:
+            net[w] -= m
+            if ix.dev_prev[w] == u:
+                mu_dev[w] += m
+        else:
+            flow_sink += m
+    # S_v appears with coefficient net_v, M with P − flow_sink.
+    const = float(np.minimum(net, 0.0).sum() * D) + min(0.0, (ix.p_total - flow_sink) * D)
+    return Flow(f, mu_dev, const)
+
+
+def device_viterbi(p: Problem, f: np.ndarray, mu_dev: np.ndarray) -> tuple[float, np.ndarray]:
+    """Per device, min Σ (cost + f·T) + Σ switches (extra + μ·τ) exactly; (value, choice)."""
+    ix = p.index
+    total = 0.0
+    choice = np.zeros(ix.n, dtype=int)
+    for seq in ix.dev_seq.values():
+        val = None
+        back = []
+        for pos, v in enumerate(seq):
+            own = ix.cost[v] + f[v] * ix.time[v]
+            if pos == 0:
+                val = own.copy()
+                back.append(None)
+                continue
+            if ix.tau[v] is None:
+                j = int(np.argmin(val))
+                back.append(np.full(len(own), j))
+                val = own + val[j]
+            else:
+                m = val[:, None] + ix.extra[v] + mu_dev[v] * ix.tau[v]
+                arg = np.argmin(m, axis=0)
+                back.append(arg)
+                val = own + m[arg, np.arange(m.shape[1])]
+        b = int(np.argmin(val))
+        total += float(val[b])
+        for pos in range(len(seq) - 1, -1, -1):
+            choice[seq[pos]] = b
+            if pos:
+                b = int(back[pos][b])
+    return total, choice
+
+
+def lagrangian_bound(p: Problem, lp: HullLP, duals: np.ndarray, deadline_s: float):
+    """Lagrangian bound from the LP duals with switch costs; returns (bound, per-task choice)."""
+    fl = flow_from_duals(p, lp, duals, deadline_s)
+    val, choice = device_viterbi(p, fl.f, fl.mu_dev)
+    return fl.const_j + val, choice
+
+
+def scaled_lagrangian_plan(p: Problem, fl: Flow, deadline_s: float, iters: int = 25) -> np.ndarray | None:
+    """Smallest scaling θ of the flow whose per-device Viterbi plan meets the deadline
+    (bisection; the plan speeds up as θ grows)."""
+    ix = p.index
+    lo, hi = 0.0, 1.0
+    best = None
+    for _ in range(40):
+        _, ch = device_viterbi(p, hi * fl.f, hi * fl.mu_dev)
+        if ix.makespan(ch) <= deadline_s * (1 + 1e-12):
+            best = ch
+            break
+        lo, hi = hi, hi * 2
+    if best is None:
+        return None
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        _, ch = device_viterbi(p, mid * fl.f, mid * fl.mu_dev)
+        if ix.makespan(ch) <= deadline_s * (1 + 1e-12):
+            hi, best = mid, ch
+        else:
+            lo = mid
+    return best
+
+
+def round_lp(p: Problem, lp_times: np.ndarray) -> np.ndarray:
+    """Cheapest option of each task that is no slower than its LP time."""
+    ix = p.index
+    out = np.zeros(ix.n, dtype=int)
+    for i in range(ix.n):
+        ok = ix.time[i] <= lp_times[i] * (1 + 1e-9) + 1e-12
+        if not ok.any():
+            ok = ix.time[i] <= ix.time[i].min()
+        c = np.where(ok, ix.cost[i], np.inf)
+        out[i] = int(np.argmin(c))
+    return out
+
+
+def _local_cost(ix, v: int, b: int, ch: np.ndarray) -> float:
+    """Effective cost of task v at option b including the switches into and out of it."""
+    c = float(ix.cost[v][b])
+    u = ix.dev_prev[v]
+    if u >= 0 and ix.extra[v] is not None:
+        c += float(ix.extra[v][ch[u], b])
+    w = ix.dev_next[v]
+    if w >= 0 and ix.extra[w] is not None:
+        c += float(ix.extra[w][b, ch[w]])
+    return c
+
+
+def _local_tau(ix, v: int, b: int, ch: np.ndarray) -> tuple[float, float]:
+    """Switch latencies into and out of v at option b."""
+    t_in = t_out = 0.0
+    u = ix.dev_prev[v]
+    if u >= 0 and ix.tau[v] is not None:
+        t_in = float(ix.tau[v][ch[u], b])
+    w = ix.dev_next[v]
+    if w >= 0 and ix.tau[w] is not None:
+        t_out = float(ix.tau[w][b, ch[w]])
+    return t_in, t_out
+
+
+def _local_vec(ix, v: int, ch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per option b of task v: (duration + switch latencies in/out, cost + switch extras)."""
+    t = ix.time[v].copy()
+    c = ix.cost[v].copy()
+    u = ix.dev_prev[v]
+    if u >= 0 and ix.tau[v] is not None:
+        t += ix.tau[v][ch[u], :]
+        c += ix.extra[v][ch[u], :]
+    w = ix.dev_next[v]
+    if w >= 0 and ix.tau[w] is not None:
+        t += ix.tau[w][:, ch[w]]
+        c += ix.extra[w][:, ch[w]]
+    return t, c
+
+
+def crash(p: Problem, choice: np.ndarray, deadline_s: float, max_iter: int = 20_000) -> np.ndarray | None:
+    """Speed up critical tasks (least Δcost per second gained) until the makespan ≤ deadline."""
+    ix = p.index
+    ch = choice.copy()
+    for _ in range(max_iter):
+        start, end, mk = ix.schedule(ch)
+        if mk <= deadline_s * (1 + 1e-12):
+            return ch
+        lf = ix.latest(ch, mk)
+        tol = 1e-9 * mk
+        best, arg = math.inf, None
+        for v in np.flatnonzero(end >= lf - tol):
+            t, c = _local_vec(ix, v, ch)
+            gain = t[ch[v]] - t
+            ok = gain > 1e-12 * mk
+            if not ok.any():
+                continue
+            # Prefer the smallest useful step: rate over the options that gain time.
+            rate = np.where(ok, (c - c[ch[v]]) / np.where(ok, gain, 1.0), np.inf)
+            b = int(np.argmin(rate))
+            if rate[b] < best:
+                best, arg = float(rate[b]), (v, b)
+        if arg is None:
+            return None
+        ch[arg[0]] = arg[1]
+    return None
+
+
+def relax(p: Problem, choice: np.ndarray, horizon_s: float) -> np.ndarray:
+    """One topological pass: each task takes the cheapest option that still fits its float
+    (finish by its latest finish given the current successors), keeping makespan ≤ horizon."""
+    ix = p.index
+    ch = choice.copy()
+    dur = ix.durations(ch)
+    lf = ix.latest(ch, horizon_s)
+    end = np.zeros(ix.n)
+    tol = 1e-12 * horizon_s
+    for v in ix.order:
+        es = max((end[u] for u in ix.preds[v]), default=0.0)
+        u = ix.dev_prev[v]
+        w = ix.dev_next[v]
+        ls_next = lf[w] - dur[w] if w >= 0 else math.inf
+        best, arg = math.inf, ch[v]
+        for b in range(ix.k[v]):
+            t_in, t_out = _local_tau(ix, v, b, ch)
+            s = max(es, end[u] + t_in) if u >= 0 else es
+            fin = s + ix.time[v][b]
+            if fin > lf[v] + tol or fin + t_out > ls_next + tol:
+                continue
+            c = _local_cost(ix, v, b, ch)
+            if c < best - 1e-12:
+                best, arg = c, b
+        ch[v] = arg
+        t_in, _ = _local_tau(ix, v, arg, ch)
+        s = max(es, end[u] + t_in) if u >= 0 else es
+        end[v] = s + ix.time[v][arg]
+        dur[v] = ix.time[v][arg]
+    return ch
+
+
+@dataclass(frozen=True)
+class FastResult:
+    """Plan choice, its energy, and the best proven lower bound."""
+
+    choice: np.ndarray
+    energy_j: float
+    lower_bound_j: float
+
+
+def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None) -> FastResult:
+    """LP/Lagrangian bound plus rounded-and-repaired plan at ``deadline_s``."""
+    ix = p.index
+    lp = lp or HullLP(p)
+    res = lp.solve(deadline_s)
+    bound = res.bound_j
+    fl = flow_from_duals(p, lp, res.duals, deadline_s)
+    lag_val, lag_choice = device_viterbi(p, fl.f, fl.mu_dev)
+    bound = max(bound, fl.const_j + lag_val)
+    cands = [round_lp(p, res.time_s)]
+    scaled = scaled_lagrangian_plan(p, fl, deadline_s)
+    if scaled is not None:
+        cands.append(scaled)
+    best_ch, best_e = None, math.inf
+    for ch in cands:
+        if ix.makespan(ch) > deadline_s * (1 + 1e-12):
+            ch = crash(p, ch, deadline_s)
+            if ch is None:
+                continue
+        for horizon in sorted({min(max(res.makespan_s, ix.makespan(ch)), deadline_s), deadline_s}):
+            c2 = ch
+            for _ in range(3):
+                c3 = relax(p, c2, horizon)
+                if np.array_equal(c3, c2):
+                    break
+                c2 = c3
+            e = ix.objective(c2)
+            if e < best_e:
+                best_ch, best_e = c2.copy(), e
+    if best_ch is None:
+        fc = ix.fastest_choice()
+        best_ch, best_e = fc, ix.objective(fc)
+    return FastResult(best_ch, float(best_e), float(min(bound, best_e)))
