@@ -129,7 +129,11 @@ class NVMLDevice(Device):
 
     def throttle_reasons(self) -> tuple[str, ...]:
         """Active clock-event reasons by name."""
-        mask = int(self._call("nvmlDeviceGetCurrentClocksEventReasons", self.handle))
+        # Older bindings/drivers only have the deprecated "throttle reasons" name.
+        fn = ("nvmlDeviceGetCurrentClocksEventReasons"
+              if hasattr(self.nvml, "nvmlDeviceGetCurrentClocksEventReasons")
+              else "nvmlDeviceGetCurrentClocksThrottleReasons")
+        mask = int(self._call(fn, self.handle))
         return tuple(n for bit, n in EVENT_REASONS.items() if mask & bit)
 
     def _sm_total(self) -> int:

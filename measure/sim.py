@@ -100,7 +100,8 @@ class SimKernel:
     fraction of peak FLOP rate the kernel reaches, ``mem_eff`` of peak bandwidth. ``activity``
     scales per-SM dynamic power (tensor-core heavy ≈ 1). ``sm_request``: a persistent kernel
     that launches on only that many SMs (e.g. a Triton grid of 4). ``kappa``/``theta`` name the
-    implementation and workload.
+    implementation and workload. ``tiles``: independent work tiles (e.g. GEMM output tiles);
+    when set, the last wave of tiles over n SMs may be partly empty (wave quantization).
     """
 
     name: str
@@ -111,6 +112,7 @@ class SimKernel:
     mem_eff: float = 1.0
     activity: float = 1.0
     sm_request: int | None = None
+    tiles: int | None = None
     overhead_s: float = 0.0
     link_bw_bps: float = 300e9
     link_sm_sat: int = 16
@@ -138,7 +140,7 @@ def _axpy(n: int) -> SimKernel:
 
 def _gemm(n: int, name: str | None = None, eff: float = 0.927, act: float = 1.0) -> SimKernel:
     return SimKernel(name or f"gemm_bf16_{n}", flops=2.0 * n**3, bytes=3 * 2.0 * n * n,
-                     compute_eff=eff, activity=act, kappa="cuBLAS matmul (torch.matmul)",
+                     compute_eff=eff, activity=act, tiles=(n // 128) * (n // 256), kappa="cuBLAS matmul (torch.matmul)",
                      theta=f"bf16 {n}x{n} @ {n}x{n}")
 
 
@@ -152,7 +154,7 @@ def _attention(backend: str, eff: float, act: float, extra_bytes: float = 0.0) -
 PRESETS: dict[str, SimKernel] = {
     k.name: k for k in [
         _gemm(8192),
-        _gemm(4096, eff=0.90, act=0.95),
+        _gemm(4096, eff=0.92, act=0.95),
         SimKernel("copy_2GiB", bytes=2 * 2**31, mem_eff=1.0, activity=0.0, kappa="torch copy_",
                   theta="fp32 copy of 2 GiB"),
         *[_axpy(n) for n in (4, 16, 33, 66, 132)],
@@ -263,6 +265,9 @@ class SimulatedGPU(Device):
         s = self.spec
         fr = f / s.sm_clock_max_mhz
         t_c = k.flops / (s.flops_per_sm * k.compute_eff * n_sm * fr) if k.flops else 0.0
+        if k.tiles:
+            waves = k.tiles / n_sm
+            t_c *= math.ceil(waves - 1e-9) / waves     # the last wave leaves SMs idle
         t_m = 0.0
         if k.bytes:
             hbm = s.mem_bw_bps * k.mem_eff * fmem / s.mem_clocks_mhz[0]
@@ -292,6 +297,9 @@ class SimulatedGPU(Device):
         def at(f: float) -> tuple[float, float]:
             t, t_c, t_m, t_l = self._times(k, f, fmem, n_sm)
             busy = t - k.overhead_s
+            if k.tiles:   # SMs idle in the last wave draw no compute power
+                waves = k.tiles / n_sm
+                t_c *= waves / math.ceil(waves - 1e-9)
             u_c = t_c / t if t > 0 else 0.0
             u_m = (k.bytes / t) / s.mem_bw_bps if t > 0 else 0.0
             u_l = t_l / t if t > 0 else 0.0
