@@ -13,7 +13,17 @@
   repetitions to a target relative standard error.
 * :func:`characterize` / :func:`sweep` over ω × κ grids (:func:`parse_grid`), resumable.
 * :class:`PlanApplier` — apply per-element operating points around their execution.
-* :func:`open_device` — ``"sim"``, ``"sim:h200"``, ``"nvml:0"``.
+* :func:`open_device` — ``"sim"``, ``"sim:h200"``, ``"nvml:0"``; :func:`resolve_work` — a
+  simulated preset name or ``module:function``.
+* :mod:`measure.calibration` — the simulator against the H200 data (table).
+
+``ecal characterize`` in four calls::
+
+    dev = open_device(args.device, read_only=args.read_only, seed=args.seed)
+    work = resolve_work(args.work, dev)
+    res = characterize(work, device=dev, grid=args.grid, results_path=args.results,
+                       protocol=Protocol(target_rse=args.target_rse), name=args.work)
+    print(res.to_table()); res.save(args.output)     # signature file keyed element@κ@ω
 
 Imports ``frontier``, never ``solvers``.
 """
@@ -42,13 +52,13 @@ from .replay import (
     load_zeus_profile,
     load_zeus_trace,
 )
-from .sim import H200, PRESETS, SimKernel, SimSpec, SimulatedGPU, preset
+from .sim import H200, PRESETS, SimKernel, SimSpec, SimulatedGPU, list_presets, preset
 from .sweep import Progress, SweepResult, print_progress, sweep
 
 __all__ = [
     "Device", "DeviceError", "PermissionDeniedError", "UnsupportedSettingError", "ReadOnlyError",
     "FeatureUnavailableError", "OperatingSet", "restoring",
-    "SimulatedGPU", "SimKernel", "SimSpec", "H200", "PRESETS", "preset",
+    "SimulatedGPU", "SimKernel", "SimSpec", "H200", "PRESETS", "preset", "list_presets",
     "NVMLDevice", "Protocol", "NAIVE_5S", "measure_point", "measure_ready_power_w",
     "Grid", "GridError", "parse_grid", "sweep", "SweepResult", "Progress", "print_progress",
     "characterize", "CharacterizationResult", "PlanApplier", "open_device", "resolve_work",

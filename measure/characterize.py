@@ -53,6 +53,23 @@ class CharacterizationResult:
             "skipped": [{"kappa": k, "omega": op.to_dict()} for k, op in self.skipped],
         }
 
+    def to_table(self) -> str:
+        """Printable table: one line per point (``*`` marks the (T, E) frontier), with a header
+        naming the device and saying when it is simulated."""
+        front = {s.key for s in self.frontier_signatures()} if self.frontier is not None else set()
+        dev = self.meta.get("device", "?")
+        head = [f"{self.element} on {dev}{'  [SIMULATED]' if self.simulated else ''}: "
+                f"{len(self.signatures)} points ({self.meta.get('measured', 0)} measured, "
+                f"{self.meta.get('resumed', 0)} resumed, {len(self.skipped)} skipped by early stop)"]
+        rows = [("", "operating point", "κ", "T (ms)", "±", "E (J)", "±", "P (W)", "s (W)", "windows")]
+        for s in self.signatures:
+            rows.append(("*" if s.key in front else "", s.omega.label(), s.kappa or "-",
+                         f"{s.time_s * 1e3:.4f}", f"{s.sd_time_s * 1e3:.4f}", f"{s.energy_j:.4f}",
+                         f"{s.sd_energy_j:.4f}", f"{s.power_w:.1f}", f"{s.s_w:.1f}", str(s.meta.get("windows", ""))))
+        w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        return "\n".join(head + ["  ".join(c.ljust(w[i]) if i < 3 else c.rjust(w[i]) for i, c in enumerate(r))
+                                  for r in rows])
+
     def keyed(self) -> dict[str, Signature]:
         """Signatures keyed ``element@κ@ω`` (unique per point, as a signature file needs)."""
         out: dict[str, Signature] = {}

@@ -164,14 +164,20 @@ PRESETS: dict[str, SimKernel] = {
         _attention("math", eff=0.0117, act=0.10, extra_bytes=160e9),
         # pipeline-stage work (the `ecal demo` pipeline step): forward/backward compute and a
         # P2P send whose SM allocation matters (a few SMs saturate the link).
-        SimKernel("stage_forward", flops=2.2e11, bytes=6e9, compute_eff=0.8, activity=0.85,
-                  kappa="fused forward", theta="transformer stage forward, 4 layers"),
-        SimKernel("stage_backward", flops=4.4e11, bytes=1.2e10, compute_eff=0.75, activity=0.85,
-                  kappa="fused backward", theta="transformer stage backward, 4 layers"),
-        SimKernel("p2p_send", link_bytes=64 * 2**20, bytes=2 * 64 * 2**20, activity=0.2,
-                  kappa="NCCL send", theta="64 MiB activation over NVLink"),
+        SimKernel("stage_forward", flops=2.0e13, bytes=6e10, compute_eff=0.7, activity=0.8,
+                  kappa="fused forward", theta="transformer stage forward, one microbatch"),
+        SimKernel("stage_backward", flops=4.0e13, bytes=1.2e11, compute_eff=0.65, activity=0.8,
+                  kappa="fused backward", theta="transformer stage backward, one microbatch"),
+        SimKernel("p2p_send", link_bytes=256 * 2**20, bytes=2 * 256 * 2**20, activity=0.2,
+                  kappa="NCCL send", theta="256 MiB activation over NVLink"),
     ]
 }
+
+
+def list_presets() -> str:
+    """One line per preset: name, implementation, workload (for ``ecal characterize --list``)."""
+    w = max(len(n) for n in PRESETS)
+    return "\n".join(f"{n:<{w}}  {k.kappa or ''}  ({k.theta or ''})" for n, k in PRESETS.items())
 
 
 def preset(name: str) -> SimKernel:

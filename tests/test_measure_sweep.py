@@ -240,3 +240,25 @@ def test_characterize_restores_device():
     characterize(preset("copy_2GiB"), device=gpu, grid="sm_clock_mhz=1500,power_limit_w=300", protocol=FAST,
                  progress=None)
     assert gpu.get_operating_point() == gpu.operating_set().default
+
+
+def test_result_table_marks_frontier_and_simulation():
+    res = characterize(preset("stage_forward"), grid="sm_clock_mhz=1980,1440,1080", protocol=FAST, progress=None)
+    text = res.to_table()
+    assert "[SIMULATED]" in text and "simulated H200" in text and text.count("\n*") >= 1
+    keys = res.keyed()
+    assert len(keys) == 3 and all(k.startswith("stage_forward@fused forward@") for k in keys)
+
+
+def test_measure_never_imports_solvers():
+    import ast
+    from pathlib import Path
+
+    import measure
+
+    for f in Path(measure.__file__).parent.glob("*.py"):
+        tree = ast.parse(f.read_text())
+        for node in ast.walk(tree):
+            mods = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                    else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not any(m == "solvers" or m.startswith("solvers.") for m in mods), f.name
