@@ -1,0 +1,83 @@
+"""Shared helpers for the ``experiments/study_*.py`` scripts: where results go, atomic writes,
+Markdown/console tables and locating the shared measured data.
+
+Not a library: only the study scripts import it (they add this folder to ``sys.path`` when run
+as scripts; the tests import them as ``experiments.study_*``).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from frontier.h200 import shared_data_dir
+from frontier.io import file_mode, write_json_atomic
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically (temp file in the same folder, fsync, os.replace)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        os.chmod(tmp, file_mode())   # mkstemp makes 0600; keep the usual permissions
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return p
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> Path:
+    """Write ``obj`` as JSON atomically (numpy scalars, operating points... are converted)."""
+    return write_json_atomic(path, obj)
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A GitHub-flavoured Markdown table (cells converted with ``str``)."""
+    out = ["| " + " | ".join(str(h) for h in headers) + " |",
+           "|" + "|".join("---" for _ in headers) + "|"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out) + "\n"
+
+
+def console_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A fixed-width plain-text table for the terminal."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def shared_file(relative: str) -> Path | None:
+    """``relative`` under the shared data folder (``../shared/data`` or ``$ECAL_SHARED_DATA``),
+    or None when it is absent (a user's clone has no ``../shared``)."""
+    p = shared_data_dir() / relative
+    return p if p.exists() else None
+
+
+def display_path(p: str | os.PathLike) -> str:
+    """A path as the printed text should name it: relative to the repository's parent when
+    under it (``shared/data/...``), else as given."""
+    p = Path(p).resolve()
+    root = Path(__file__).resolve().parents[2]
+    try:
+        return "../" + str(p.relative_to(root))
+    except ValueError:
+        return str(p)
+
+
+def pct(x: float, digits: int = 1) -> str:
+    """``x`` (a fraction) as a percentage string."""
+    return f"{100.0 * x:.{digits}f} %"
