@@ -112,7 +112,6 @@ class TorchBackend:
         self.attention = {bk: self._attention(bk, q, k, v) for bk in BACKENDS}
 
     def _attention(self, backend: str, q: Any, k: Any, v: Any) -> Callable[[], Any]:
-        torch = self.torch
         from torch.nn.attention import SDPBackend, sdpa_kernel
         from torch.nn.functional import scaled_dot_product_attention as sdpa
 
@@ -122,7 +121,6 @@ class TorchBackend:
         def run() -> Any:
             with sdpa_kernel(which):
                 return sdpa(q, k, v, is_causal=True)
-        del torch
         return _named(run, f"attention_{backend}")
 
     def seq_work(self, *works: Any) -> Callable[[], None]:
@@ -207,7 +205,8 @@ def run(backend: Any, budget_s: float = BUDGET_S, out: Path | None = None, quiet
         def char(name: str, work: Any, grid: Any = None) -> None:
             if over_budget(f"characterize {name} {grid or ''}"):
                 return
-            res = characterize(work, device=dev, grid=grid, protocol=proto, name=name, progress=None)
+            res = characterize(work, device=dev, grid=grid, protocol=proto, name=name, progress=None,
+                               ready_power_w=ready)
             for s in res.signatures:
                 key = name if s.omega.sm_count is None else f"{name}@{s.omega.sm_count}"
                 key = f"{key}[{s.kappa}]" if name == "attention" else key

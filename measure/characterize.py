@@ -100,13 +100,14 @@ def characterize(fn: Any, device: Device | None = None, grid: str | Grid | Mappi
                  results_path: str | None = None, protocol: Protocol | None = None,
                  name: str | None = None, early_stop_k: int | None = None,
                  progress: Callable[[Progress], None] | None = print_progress,
-                 theta: str | None = None) -> CharacterizationResult:
+                 theta: str | None = None, ready_power_w: float | None = None) -> CharacterizationResult:
     """Measure ``fn`` (a work, or a mapping κ label → work) over ``grid`` on ``device``
     (default: a simulated H200) and return its signatures and frontier.
 
     The grid is rejected before any device change if a point is unsupported; the device is
     restored afterwards (also on exceptions and Ctrl-C); each point is appended to
-    ``results_path`` as measured and a rerun resumes from it.
+    ``results_path`` as measured and a rerun resumes from it. ``ready_power_w`` reuses a
+    ready-power calibration for a grid that keeps ω_dev (see :func:`~measure.sweep.sweep`).
     """
     if device is None:
         from .sim import SimulatedGPU
@@ -117,7 +118,8 @@ def characterize(fn: Any, device: Device | None = None, grid: str | Grid | Mappi
         raise ValueError("characterize: no work given")
     element = name or _name_of(next(iter(works.values())))
     res = sweep(device, works, element, grid=grid, protocol=protocol or Protocol(),
-                results_path=results_path, progress=progress, early_stop_k=early_stop_k, theta=theta)
+                results_path=results_path, progress=progress, early_stop_k=early_stop_k, theta=theta,
+                ready_power_w=ready_power_w)
     meta = dict(res.meta)
     meta.update(measured=res.measured, resumed=res.resumed)
     return CharacterizationResult(element, res.signatures, frontier_of(res.signatures), res.skipped, meta)

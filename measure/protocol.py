@@ -23,6 +23,9 @@ from .device import Device, DeviceError
 
 WindowKind = Literal["tick_aligned", "naive"]
 
+#: Clock-event reasons that are not part of the operating point (recorded per window).
+SLOWDOWN_REASONS = frozenset({"HwSlowdown", "SwThermalSlowdown", "HwThermalSlowdown", "HwPowerBrakeSlowdown"})
+
 
 @dataclass(frozen=True)
 class Protocol:
@@ -210,6 +213,8 @@ def measure_point(device: Device, work: Any, name: str, protocol: Protocol = Pro
     times = [w.time_per_invocation_s for w in windows]
     energies = [w.energy_per_invocation_j for w in windows]
     reasons = sorted({r for w in windows for r in w.throttle_reasons})
+    # Power capping is part of the operating point; thermal or hardware slowdown is not: flag it.
+    slow = [i for i, w in enumerate(windows) if set(w.throttle_reasons) & SLOWDOWN_REASONS]
     m = dict(meta or {})
     m.update(device.describe())
     m.update(
@@ -218,7 +223,7 @@ def measure_point(device: Device, work: Any, name: str, protocol: Protocol = Pro
         rse_energy=relative_se(energies), target_rse=protocol.target_rse,
         sm_clocks_seen_mhz=[w.sm_clock_mhz for w in windows],
         temperatures_c=[[w.temp_start_c, w.temp_end_c] for w in windows],
-        throttle_reasons=reasons, cooldowns_s=cooldowns,
+        throttle_reasons=reasons, slowdown_windows=slow, cooldowns_s=cooldowns,
         device_time_s=device.time_s() - start,
         variance="of the mean over windows of per-invocation values",
     )

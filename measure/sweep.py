@@ -70,8 +70,12 @@ def _group(op: OperatingPoint) -> OperatingPoint:
 def sweep(device: Device, works: Mapping[str | None, Any], element: str,
           grid: str | Grid | Mapping | None = None, protocol: Protocol = Protocol(),
           results_path: str | None = None, progress: Callable[[Progress], None] | None = print_progress,
-          early_stop_k: int | None = None, theta: str | None = None) -> SweepResult:
+          early_stop_k: int | None = None, theta: str | None = None,
+          ready_power_w: float | None = None) -> SweepResult:
     """Measure ``element`` for every (ω, κ) in ``grid`` × ``works`` (κ label → work).
+
+    Ready power is calibrated once per ω_dev (and kept in the results file); pass
+    ``ready_power_w`` to reuse a calibration when the sweep does not change ω_dev (read-only).
 
     The grid is validated against the device (and its read-only guard) before anything
     changes; the device is restored afterwards on every exit path.
@@ -79,6 +83,9 @@ def sweep(device: Device, works: Mapping[str | None, Any], element: str,
     g = parse_grid(grid)
     opset = device.operating_set()
     g.validate(opset, read_only=device.read_only)
+    if ready_power_w is not None and g.changes_device:
+        raise ValueError("ready_power_w is for sweeps at one ω_dev; this grid changes clocks or "
+                         "power limits, whose ready power is calibrated per ω_dev")
     if early_stop_k is not None and early_stop_k < 1:
         raise ValueError(f"early_stop_k must be >= 1, got {early_stop_k}")
     log = ResultsLog(results_path)
@@ -111,7 +118,8 @@ def sweep(device: Device, works: Mapping[str | None, Any], element: str,
                         applied = op.dev
                     dk = dev_key(op)
                     if dk not in log.ready_w:
-                        log.add_ready(op, measure_ready_power_w(device, protocol))
+                        log.add_ready(op, ready_power_w if ready_power_w is not None
+                                      else measure_ready_power_w(device, protocol))
                     sig = measure_point(device, work, element, protocol, ready_w=log.ready_w[dk],
                                         sm_count=op.sm_count, omega=op,
                                         kappa=kappa if kappa is not None else _kappa_of(work),

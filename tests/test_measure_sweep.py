@@ -262,3 +262,13 @@ def test_measure_never_imports_solvers():
             mods = ([a.name for a in node.names] if isinstance(node, ast.Import)
                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             assert not any(m == "solvers" or m.startswith("solvers.") for m in mods), f.name
+
+
+def test_ready_power_reuse_only_at_one_omega_dev():
+    gpu = SimulatedGPU(read_only=True)
+    res = sweep(gpu, {None: preset("copy_2GiB")}, "copy", grid="sm_count=32,132", protocol=FAST,
+                progress=None, ready_power_w=111.0)
+    assert all(s.s_w == 111.0 for s in res.signatures)
+    with pytest.raises(ValueError, match="one ω_dev"):
+        sweep(SimulatedGPU(), {None: preset("copy_2GiB")}, "copy", grid="sm_clock_mhz=1500",
+              progress=None, ready_power_w=111.0)
