@@ -18,7 +18,7 @@ from typing import Any
 from frontier.operating_point import OperatingPoint
 from frontier.signature import Signature
 
-from .device import Device, restoring
+from .device import Device, DeviceError, restoring
 from .grid import Grid, parse_grid
 from .protocol import Protocol, measure_point, measure_ready_power_w
 from .results_log import ResultsLog, dev_key, point_key
@@ -89,6 +89,11 @@ def sweep(device: Device, works: Mapping[str | None, Any], element: str,
     if early_stop_k is not None and early_stop_k < 1:
         raise ValueError(f"early_stop_k must be >= 1, got {early_stop_k}")
     log = ResultsLog(results_path)
+    if log.header is not None:
+        was = (log.header.get("device") or {}).get("device")
+        if was != device.describe()["device"]:
+            raise DeviceError(f"{results_path}: these results were measured on {was!r}, not on "
+                              f"{device.describe()['device']!r}; use another results file")
     log.write_header({"element": element, "device": device.describe(), "grid": g.to_dict(),
                       "kappas": [k for k in works], "protocol": protocol.to_dict()})
     points = g.points()

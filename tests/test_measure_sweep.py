@@ -272,3 +272,14 @@ def test_ready_power_reuse_only_at_one_omega_dev():
     with pytest.raises(ValueError, match="one ω_dev"):
         sweep(SimulatedGPU(), {None: preset("copy_2GiB")}, "copy", grid="sm_clock_mhz=1500",
               progress=None, ready_power_w=111.0)
+
+
+def test_resume_refuses_results_from_another_device(tmp_path):
+    from measure import DeviceError
+
+    path = tmp_path / "r.jsonl"
+    sweep(SimulatedGPU(), {None: preset("copy_2GiB")}, "copy", protocol=FAST, results_path=str(path),
+          progress=None)
+    dev, fake, work = _nvml_dev()
+    with pytest.raises(DeviceError, match="simulated H200"):
+        sweep(dev, {None: work}, "copy", protocol=FAST, results_path=str(path), progress=None)
