@@ -77,7 +77,9 @@ class SimSpec:
     tick_max_s: float = 0.127
     counter_noise_j: float = 0.05
     read_cost_s: float = 0.004
-    cap_clock_dither: float = 0.012    # relative clock dither when power-capped
+    cap_clock_dither: float = 0.012    # relative clock dither when power-capped (per 50 ms)
+    cap_clock_wander: float = 0.010    # slow wander of the capped clock (s.d., relative) ...
+    cap_clock_wander_tau_s: float = 1.0  # ... with this correlation time
     time_jitter: float = 2e-5          # relative run-to-run time noise when not capped
     power_noise: float = 0.01          # relative board-power fluctuation per 50 ms of work
 
@@ -231,6 +233,7 @@ class SimulatedGPU(Device):
         self._set_calls: list[OperatingPoint] = []
         self._last_capped = False
         self._busy = False
+        self._wander = 0.0
         self._last_clock = spec.sm_clock_max_mhz
         ready = self._static_w(spec.sm_clock_max_mhz, spec.mem_clocks_mhz[0], 40.0)
         self._temp = (spec.ambient_c + spec.thermal_r_c_per_w * ready
@@ -454,6 +457,11 @@ class SimulatedGPU(Device):
             # Under the cap, the firmware dithers the clock: time and power move together
             # so the power stays at the cap.
             scale = 1.0 + jitter * float(self._rng.standard_normal())
+            if st.capped:   # and it wanders slowly (window-to-window spread, as on the H200)
+                a = math.exp(-st.time_s * m / s.cap_clock_wander_tau_s)
+                self._wander = a * self._wander + math.sqrt(1 - a * a) * s.cap_clock_wander * float(
+                    self._rng.standard_normal())
+                scale *= 1.0 + self._wander
             dt = st.time_s * m * scale
             power = st.power_w if st.capped else st.power_w / scale
             power *= 1.0 + s.power_noise * float(self._rng.standard_normal())
