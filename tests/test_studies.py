@@ -1,0 +1,111 @@
+"""Smoke tests of the four studies in ``experiments/``: each main function runs on small settings
+in a few seconds and writes its table and figure. The real-data studies skip, saying why, when
+``../shared/data`` (or ``$ECAL_SHARED_DATA``) lacks their files."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+sys.path.insert(0, str(EXPERIMENTS))
+
+import _common  # noqa: E402
+import study_attention_tp  # noqa: E402
+import study_cross_hardware  # noqa: E402
+import study_kernel_clocks  # noqa: E402
+import study_power_limits  # noqa: E402
+
+NVDVFS = [rel for rel, _ in study_kernel_clocks.CARDS.values()]
+ZEUS_V100 = study_power_limits.TRACE.format(gpu="v100")
+
+
+def need(*relative: str) -> None:
+    """Skip unless every file is under the shared data folder."""
+    missing = [r for r in relative if _common.shared_file(r) is None]
+    if missing:
+        pytest.skip(f"shared data absent: {', '.join(missing)} not under {_common.shared_data_dir()} "
+                    f"(set ECAL_SHARED_DATA to the data folder to run this study)")
+
+
+def written(out: Path, stem: str) -> dict:
+    for ext in ("md", "json", "png"):
+        assert (out / f"{stem}.{ext}").stat().st_size > 0
+    assert not list(out.glob(".*.tmp")), "a temp file was left behind"
+    return json.loads((out / f"{stem}.json").read_text())
+
+
+def test_kernel_clocks_small(tmp_path):
+    need(*NVDVFS)
+    chain = study_kernel_clocks.CHAIN[:5]
+    out = study_kernel_clocks.run_study(cards=("v100",), chain=chain, sweep_ms=(0.0, 10.0),
+                                        out_dir=tmp_path, quiet=True)
+    card = out["cards"]["v100"]
+    base = card["all_max"]["energy_j"]
+    free, costly = card["plans"]["0ms"], card["plans"]["10ms"]
+    for p in (free, costly):
+        assert p["makespan_s"] <= card["deadline_s"] * (1 + 1e-9)
+        assert p["energy_j"] <= base + 1e-9
+        assert p["status"] == "optimal"
+    assert free["energy_j"] <= costly["energy_j"] + 1e-9      # switching never helps
+    assert costly["n_switches"] <= free["n_switches"]
+    assert written(tmp_path, "study_kernel_clocks")["chain"] == list(chain)
+
+
+def test_power_limits_small(tmp_path):
+    need(ZEUS_V100)
+    out = study_power_limits.run_study(gpus=("v100",), factors=(1.05,), out_dir=tmp_path, quiet=True)
+    configs = out["gpus"]["v100"]["configs"]
+    assert len(configs) > 10
+    for cfg in configs.values():
+        ch = cfg["choices"][0]
+        assert ch["time_s"] <= ch["deadline_s"] * (1 + 1e-12)
+        max_cap = max(cfg["points"], key=lambda p: p["power_limit_w"])
+        if max_cap["time_s"] <= ch["deadline_s"]:            # the max cap was an option
+            assert ch["saved"] >= -1e-12
+    written(tmp_path, "study_power_limits")
+
+
+def test_attention_tp_small(tmp_path):
+    out = study_attention_tp.run_study(batches=(1,), clocks=(1980.0, 1710.0, 1440.0),
+                                       out_dir=tmp_path, quiet=True)
+    assert out["simulated"] is True
+    res = out["batches"]["1"]
+    picked = res["picked"]
+    assert picked["makespan_s"] <= res["deadline_s"] * (1 + 1e-12)
+    # E = static over the makespan + every dynamic part (both GPUs), as composed.
+    parts = picked["static_j"] + picked["d_prefix_j"] + picked["d_compute_j"] + picked["d_allreduce_j"]
+    assert parts == pytest.approx(picked["energy_j"], rel=1e-9)
+    fastest = min(res["points"], key=lambda p: p["makespan_s"])
+    assert picked["energy_j"] <= fastest["energy_j"] + 1e-12
+    written(tmp_path, "study_attention_tp")
+
+
+def test_cross_hardware_small(tmp_path):
+    need(*NVDVFS)
+    chain = study_kernel_clocks.CHAIN[5:]
+    out = study_cross_hardware.run_study(chain=chain, out_dir=tmp_path, quiet=True)
+    assert set(out["cards"]) == {"v100", "rtx8000"}
+    for card in out["cards"].values():
+        plan = card["plans"]["0ms"]
+        assert plan["energy_j"] <= card["all_max"]["energy_j"] + 1e-9
+        assert set(card["clock_sensitivity"]) == set(chain)
+    written(tmp_path, "study_cross_hardware")
+
+
+def test_real_data_studies_say_when_data_is_absent(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ECAL_SHARED_DATA", str(tmp_path / "nowhere"))
+    assert study_kernel_clocks.run_study(out_dir=None, quiet=True) is None
+    assert study_power_limits.run_study(out_dir=None, quiet=True) is None
+    assert study_cross_hardware.run_study(out_dir=None, quiet=True) is None
+    assert "not found" in capsys.readouterr().out
+
+
+def test_atomic_text_write_replaces(tmp_path):
+    p = tmp_path / "t.md"
+    _common.write_text_atomic(p, "a")
+    _common.write_text_atomic(p, "b")
+    assert p.read_text() == "b" and not list(tmp_path.glob(".*.tmp"))
