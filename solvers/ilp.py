@@ -57,7 +57,10 @@ def make_solver(name: str | None = None, time_limit_s: float | None = None, gap_
         kw["warmStart"] = warm_start
     elif name == "HiGHS":
         kw["threads"] = threads
-    return pulp.getSolver(name, **kw)
+    with warnings.catch_warnings():
+        # PuLP 3.3 warns that PULP_CBC_CMD goes away in PuLP 4; we already detect what exists.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return pulp.getSolver(name, **kw)
 
 
 def _var(prob, name: str, low: float | None, up: float | None, cat: str):
@@ -171,8 +174,12 @@ def solve_ilp(p: Problem, deadline_s: float, time_limit_s: float | None = 60.0, 
         if not ix.succs[v] and ix.dev_next[v] < 0:
             prob += M >= S[v] + dur[v], f"m_{v}"
     prob += pulp.lpSum(obj)
+    # Warm start: CBC's MIP start was seen to come back as an "optimal" solution violating
+    # the deadline (PuLP 3.3.2), so it is used only with HiGHS; the caller keeps the heuristic
+    # plan as a fallback anyway and every returned plan is re-checked below.
     use_warm = False
-    if warm_start is not None and all(int(warm_start[v]) in x[v] for v in range(ix.n)):
+    name = solver or (available_solvers() or [None])[0]
+    if warm_start is not None and name == "HiGHS" and all(int(warm_start[v]) in x[v] for v in range(ix.n)):
         st, _, mk = ix.schedule(warm_start)
         if mk <= deadline_s * (1 + 1e-12):
             for v in range(ix.n):
@@ -197,6 +204,8 @@ def solve_ilp(p: Problem, deadline_s: float, time_limit_s: float | None = 60.0, 
     for v in range(ix.n):
         vals = {a: (xv.varValue or 0.0) for a, xv in x[v].items()}
         choice.append(max(vals, key=vals.get))
+    if ix.makespan(choice) > deadline_s * (1 + 1e-9):
+        return ILPResult(None, math.inf, fallback_bound_j, "invalid solution", False, slv.name)
     energy = ix.objective(choice)
     optimal = sol == pulp.LpSolutionOptimal and gap_rel == 0.0
     if optimal:

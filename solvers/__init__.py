@@ -1,0 +1,44 @@
+"""solvers: choose one operating point per task of a DAG to minimise energy under a deadline.
+
+Problem model (:mod:`solvers.model`), plans and curves (:mod:`solvers.plan`), exact chain DP
+(:mod:`solvers.dp`), MILP through PuLP (:mod:`solvers.ilp`), the hull-LP/Lagrangian fast method
+with bounds (:mod:`solvers.relax`), 1F1B pipelines and Perseus profiles
+(:mod:`solvers.pipeline`), problem files (:mod:`solvers.io`). Plots: ``solvers.plot``
+(imported on use so matplotlib loads only when plotting).
+"""
+
+from .io import load_problem, problem_from_dict, problem_to_dict, save_problem
+from .model import (
+    ConstantTransition,
+    InfeasibleError,
+    Option,
+    Problem,
+    ProblemError,
+    SolverUnavailableError,
+    Task,
+)
+from .pipeline import load_perseus_profile, one_f_one_b, stage_order
+from .plan import ParetoCurve, Plan, TaskPlan
+from .solve import METHODS, pareto, pick_method, solve
+
+
+def plot_timeline(plan, path):
+    """Gantt chart of a plan coloured by power (see :func:`solvers.plot.plot_timeline`)."""
+    from .plot import plot_timeline as f
+
+    return f(plan, path)
+
+
+def plot_pareto(curve, path, others=None):
+    """Energy-vs-deadline plot (see :func:`solvers.plot.plot_pareto`)."""
+    from .plot import plot_pareto as f
+
+    return f(curve, path, others)
+
+
+__all__ = [
+    "Problem", "Task", "Option", "ConstantTransition", "ProblemError", "InfeasibleError",
+    "SolverUnavailableError", "Plan", "TaskPlan", "ParetoCurve", "solve", "pareto", "pick_method",
+    "METHODS", "one_f_one_b", "stage_order", "load_perseus_profile", "load_problem",
+    "problem_from_dict", "problem_to_dict", "save_problem", "plot_timeline", "plot_pareto",
+]

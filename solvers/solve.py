@@ -1,0 +1,137 @@
+"""Entry points: :func:`solve` (one deadline) and :func:`pareto` (the energy-vs-deadline curve).
+
+``method="auto"`` picks by structure and size:
+
+* a chain (total precedence order) → ``dp`` (exact chain DP, solver-notes §5.2);
+* a small general DAG (≤ ``ILP_MAX_BINARIES`` option variables after fixing) → ``ilp``
+  (PuLP MILP, warm-started and bounded by the fast method);
+* otherwise → ``fast`` (hull LP / Lagrangian bound + rounding and repair).
+
+Every plan states its method, its proven lower bound and gap, and its wall time.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from .brute import brute_force
+from .dp import chain_order, solve_chain
+from .ilp import allowed_options, solve_ilp
+from .model import InfeasibleError, Problem, ProblemError
+from .plan import ParetoCurve, Plan, make_plan
+from .relax import HullLP, solve_fast
+
+METHODS = ("auto", "dp", "ilp", "fast", "brute")
+
+#: Above this many binary option variables (after variable fixing) ``auto`` avoids the MILP.
+ILP_MAX_BINARIES = 3000
+
+
+def pick_method(p: Problem, deadline_s: float) -> str:
+    """The method ``auto`` would use for ``p`` at ``deadline_s``."""
+    if chain_order(p) is not None:
+        return "dp"
+    n_bin = sum(len(a) for a in allowed_options(p, deadline_s))
+    return "ilp" if n_bin <= ILP_MAX_BINARIES and p.n_tasks <= 400 else "fast"
+
+
+def solve(problem: Problem, deadline: float | str, method: str = "auto",
+          time_limit_s: float | None = None, *, _lp: HullLP | None = None) -> Plan:
+    """Minimum-energy plan meeting ``deadline`` (seconds or ``"1.05x"`` of the fastest makespan).
+
+    Raises :class:`InfeasibleError` (with the fastest achievable makespan) when the deadline
+    cannot be met, :class:`ProblemError` for an unknown method or a method that does not apply.
+    """
+    if method not in METHODS:
+        raise ProblemError(f"unknown method {method!r}; choose from {METHODS}")
+    t0 = time.perf_counter()
+    D = problem.deadline_s(deadline)
+    problem.check_feasible(D)
+    if method == "auto":
+        method = pick_method(problem, D)
+    if method == "dp":
+        order = chain_order(problem)
+        if order is None:
+            raise ProblemError(f"{problem.name}: method 'dp' needs a chain (a total precedence "
+                               f"order with switches only between neighbours)")
+        r = solve_chain(problem, D, order)
+        return make_plan(problem, r.choice, D, method="dp", lower_bound_j=r.lower_bound_j,
+                         wall_s=time.perf_counter() - t0, proven=r.exact,
+                         meta={"labels": r.labels})
+    if method == "brute":
+        ch, _ = brute_force(problem, D)
+        if ch is None:
+            raise InfeasibleError(f"{problem.name}: no assignment meets {D:.6g} s",
+                                  problem.fastest_makespan_s())
+        return make_plan(problem, ch, D, method="brute", lower_bound_j=0.0,
+                         wall_s=time.perf_counter() - t0, proven=True)
+    fast = solve_fast(problem, D, _lp)
+    if method == "fast":
+        return make_plan(problem, fast.choice, D, method="fast", lower_bound_j=fast.lower_bound_j,
+                         wall_s=time.perf_counter() - t0, proven=fast.energy_j <= fast.lower_bound_j)
+    limit = 30.0 if time_limit_s is None else max(float(time_limit_s) - (time.perf_counter() - t0), 1.0)
+    r = solve_ilp(problem, D, time_limit_s=limit, warm_start=fast.choice,
+                  fallback_bound_j=fast.lower_bound_j)
+    if r.choice is None or r.energy_j > fast.energy_j:
+        ch, status = fast.choice, "feasible"
+    else:
+        ch, status = r.choice, r.status
+    bound = max(r.lower_bound_j, fast.lower_bound_j) if math.isfinite(r.lower_bound_j) else fast.lower_bound_j
+    return make_plan(problem, ch, D, method=f"ilp[{r.solver}]", lower_bound_j=bound,
+                     wall_s=time.perf_counter() - t0, proven=r.optimal and ch is r.choice,
+                     status=None if r.optimal and ch is r.choice else (
+                         "time_limit" if status == "time_limit" else "feasible"))
+
+
+def free_makespan_s(p: Problem) -> float:
+    """An upper bound on any useful deadline: all tasks at their slowest option, in series."""
+    ix = p.index
+    tau = sum(float(m.max()) for m in ix.tau if m is not None)
+    return float(sum(t.max() for t in ix.time) + tau)
+
+
+def pareto(problem: Problem, deadlines: Sequence[float | str] | None = None, n_points: int = 20,
+           method: str = "auto", time_limit_s: float | None = None) -> ParetoCurve:
+    """Energy-vs-deadline curve: a plan at each deadline (a grid from the fastest makespan to the
+    makespan of the unconstrained optimum when ``deadlines`` is None), each with its gap.
+
+    A plan found at a smaller deadline also meets a larger one, so the curve is made
+    non-increasing by carrying the better plan forward.
+    """
+    t0 = time.perf_counter()
+    fm = problem.fastest_makespan_s()
+    lp = None
+    chain = chain_order(problem) is not None
+    if method in ("fast", "ilp") or (method == "auto" and not chain):
+        lp = HullLP(problem)
+    limit = 10.0 if time_limit_s is None else time_limit_s
+
+    def pick(D: float) -> str:
+        return method if method != "auto" else pick_method(problem, D)
+
+    if deadlines is None:
+        free = free_makespan_s(problem)
+        slow = solve(problem, free, pick(free), limit, _lp=lp)
+        hi = max(slow.makespan_s, fm)
+        ds = list(np.linspace(fm, hi, max(int(n_points), 2))) if hi > fm else [fm]
+    else:
+        ds = sorted(problem.deadline_s(d) for d in deadlines)
+    plans: list[Plan] = []
+    for D in ds:
+        try:
+            pl = solve(problem, D, pick(D), limit, _lp=lp)
+        except InfeasibleError:
+            continue
+        if plans and plans[-1].energy_j < pl.energy_j:
+            prev = plans[-1]
+            pl = make_plan(problem, [t.option for t in prev.tasks], D, method=prev.method,
+                           lower_bound_j=pl.lower_bound_j, wall_s=pl.wall_s,
+                           meta={"carried_from_s": prev.deadline_s})
+        plans.append(pl)
+    exact = bool(plans) and all(p.gap == 0.0 for p in plans)
+    used = sorted({p.method for p in plans})
+    return ParetoCurve(problem.name, "+".join(used) or method, tuple(plans), time.perf_counter() - t0, exact)

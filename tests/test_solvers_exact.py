@@ -1,0 +1,86 @@
+"""Brute force = chain DP = ILP on small instances; the fast method brackets the optimum."""
+
+import numpy as np
+import pytest
+
+from solvers import ConstantTransition, Problem, solve
+from solvers.brute import brute_force
+from solvers.dp import chain_order, solve_chain
+from solvers.ilp import solve_ilp
+from solvers.relax import solve_fast
+
+
+def _options(rng, k, w=1.0):
+    f = np.sort(rng.choice(np.linspace(0.4, 1.0, 9), k, replace=False))
+    t = w * (0.3 + 0.7 / f)
+    return [dict(time_s=float(ti), energy_j=float(ti * (5 + 12 * fi**3) + w), s_w=5.0,
+                 sm_clock_mhz=float(round(fi * 1000))) for ti, fi in zip(t, f)]
+
+
+def chain(rng, n, k, tr=None, n_dev=1):
+    tasks = [(f"t{i}", f"g{i % n_dev}", _options(rng, k, rng.uniform(0.5, 1.5))) for i in range(n)]
+    edges = [(f"t{i}", f"t{i + 1}") for i in range(n - 1)]
+    return Problem.build(tasks, edges, {f"g{j}": 3.0 for j in range(n_dev)}, tr)
+
+
+def sp_dag(rng, k, tr=None):
+    """Fork–join: a → (b ‖ c) → d, with b and c on two devices (series–parallel)."""
+    tasks = [("a", "g0", _options(rng, k)), ("b", "g0", _options(rng, k)),
+             ("c", "g1", _options(rng, k)), ("d", "g1", _options(rng, k))]
+    return Problem.build(tasks, [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")],
+                         {"g0": 3.0, "g1": 4.0}, tr)
+
+
+def random_dag(rng, n, k, n_dev, tr=None):
+    """Random DAG (generally not series–parallel, e.g. it contains N-shaped subgraphs)."""
+    tasks = [(f"t{i}", f"g{i % n_dev}", _options(rng, k, rng.uniform(0.5, 1.5))) for i in range(n)]
+    edges = [(f"t{i}", f"t{j}") for i in range(n) for j in range(i + 1, n) if rng.random() < 0.35]
+    return Problem.build(tasks, edges, {f"g{j}": 3.0 for j in range(n_dev)}, tr)
+
+
+def n_shape(rng, k, tr=None):
+    """The smallest non-series–parallel DAG: a→c, a→d, b→d (the 'N')."""
+    tasks = [(x, f"g{i % 2}", _options(rng, k)) for i, x in enumerate("abcd")]
+    return Problem.build(tasks, [("a", "c"), ("a", "d"), ("b", "d")], {"g0": 3.0, "g1": 3.0}, tr)
+
+
+TR = ConstantTransition(0.2, 4.0)
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("tr", [None, TR])
+def test_chain_dp_equals_brute_force(seed, tr):
+    rng = np.random.default_rng(seed)
+    p = chain(rng, int(rng.integers(2, 7)), int(rng.integers(2, 4)), tr)
+    D = p.fastest_makespan_s() * rng.uniform(1.0, 1.5)
+    _, e = brute_force(p, D)
+    r = solve_chain(p, D, chain_order(p))
+    assert r.exact
+    assert r.energy_j == pytest.approx(e, rel=1e-9)
+    assert p.index.objective(r.choice) == pytest.approx(e, rel=1e-9)
+    plan = solve(p, D)
+    assert plan.method == "dp" and plan.gap == 0.0 and plan.energy_j == pytest.approx(e, rel=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("tr", [None, TR])
+@pytest.mark.parametrize("kind", ["chain", "sp", "n", "random"])
+def test_ilp_and_fast_against_brute_force(seed, tr, kind):
+    rng = np.random.default_rng(100 + seed)
+    k = int(rng.integers(2, 4))
+    p = {"chain": lambda: chain(rng, 5, k, tr, n_dev=2), "sp": lambda: sp_dag(rng, k, tr),
+         "n": lambda: n_shape(rng, k, tr),
+         "random": lambda: random_dag(rng, int(rng.integers(4, 7)), k, int(rng.integers(1, 4)), tr)}[kind]()
+    D = p.fastest_makespan_s() * rng.uniform(1.0, 1.5)
+    ch, e = brute_force(p, D)
+    assert ch is not None
+    r = solve_ilp(p, D)
+    assert r.optimal and r.energy_j == pytest.approx(e, rel=1e-7)
+    f = solve_fast(p, D)
+    assert f.lower_bound_j <= e * (1 + 1e-9)
+    assert f.energy_j >= e * (1 - 1e-9)
+    assert p.index.makespan(f.choice) <= D * (1 + 1e-9)
+    plan = solve(p, D, method="ilp")
+    assert plan.gap == 0.0 and plan.status == "optimal"
+    assert plan.energy_j == pytest.approx(e, rel=1e-7)
+    assert plan.makespan_s <= D * (1 + 1e-9)
