@@ -12,7 +12,8 @@
 * :class:`Protocol`, :func:`measure_point` — warm-up, null context, tick-aligned windows,
   repetitions to a target relative standard error.
 * :func:`characterize` / :func:`sweep` over ω × κ grids (:func:`parse_grid`), resumable.
-* :class:`PlanApplier` — apply per-element operating points around their execution.
+* :class:`PlanApplier` — apply per-element operating points around their execution;
+  :func:`measure_transitions` — settle-time probe → a measured ``TransitionTable``.
 * :func:`open_device` — ``"sim"``, ``"sim:h200"``, ``"nvml:0"``; :func:`resolve_work` — a
   simulated preset name or ``module:function``.
 * :mod:`measure.calibration` — the simulator against the H200 data (table).
@@ -54,6 +55,7 @@ from .replay import (
 )
 from .sim import H200, PRESETS, SimKernel, SimSpec, SimulatedGPU, list_presets, preset
 from .sweep import Progress, SweepResult, print_progress, sweep
+from .transitions import measure_transitions, settle_time_s
 
 __all__ = [
     "Device", "DeviceError", "PermissionDeniedError", "UnsupportedSettingError", "ReadOnlyError",
@@ -62,5 +64,6 @@ __all__ = [
     "NVMLDevice", "Protocol", "NAIVE_5S", "measure_point", "measure_ready_power_w",
     "Grid", "GridError", "parse_grid", "sweep", "SweepResult", "Progress", "print_progress",
     "characterize", "CharacterizationResult", "PlanApplier", "open_device", "resolve_work",
+    "measure_transitions", "settle_time_s",
     "ReplayDevice", "load_h200", "load_zeus_trace", "load_zeus_profile", "load_nvdvfs", "load_perseus",
 ]

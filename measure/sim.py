@@ -80,6 +80,11 @@ class SimSpec:
     cap_clock_dither: float = 0.012    # relative clock dither when power-capped (per 50 ms)
     cap_clock_wander: float = 0.010    # slow wander of the capped clock (s.d., relative) ...
     cap_clock_wander_tau_s: float = 1.0  # ... with this correlation time
+    # switching ω_dev (settle time; the device is ready meanwhile)
+    switch_base_s: float = 0.002
+    switch_s_per_ghz: float = 0.008
+    mem_switch_s: float = 0.020
+    power_limit_switch_s: float = 0.001
     time_jitter: float = 2e-5          # relative run-to-run time noise when not capped
     power_noise: float = 0.01          # relative board-power fluctuation per 50 ms of work
 
@@ -234,6 +239,7 @@ class SimulatedGPU(Device):
         self._last_capped = False
         self._busy = False
         self._wander = 0.0
+        self.last_switch_s = 0.0
         self._last_clock = spec.sm_clock_max_mhz
         ready = self._static_w(spec.sm_clock_max_mhz, spec.mem_clocks_mhz[0], 40.0)
         self._temp = (spec.ambient_c + spec.thermal_r_c_per_w * ready
@@ -399,11 +405,34 @@ class SimulatedGPU(Device):
             power_limit_w=op.power_limit_w if op.power_limit_w is not None else self._op.power_limit_w,
             sm_count=op.sm_count)
         self._set_calls.append(new)
+        self._switch_to(new)
+
+    def switch_time_s(self, frm: OperatingPoint, to: OperatingPoint) -> float:
+        """Settle time of changing ω_dev ``frm`` → ``to`` (s): the SM clock ramps at a finite
+        rate (latency grows with the step, as measured by LATEST, arXiv 2502.20075), a memory
+        clock change retrains the link, a power-limit change is quick."""
+        s = self.spec
+        t = 0.0
+        f0 = frm.sm_clock_mhz or s.sm_clock_max_mhz
+        f1 = to.sm_clock_mhz or s.sm_clock_max_mhz
+        if f0 != f1:
+            t += s.switch_base_s + s.switch_s_per_ghz * abs(f1 - f0) / 1000.0
+        if (frm.mem_clock_mhz or s.mem_clocks_mhz[0]) != (to.mem_clock_mhz or s.mem_clocks_mhz[0]):
+            t += s.mem_switch_s
+        if (frm.power_limit_w or s.power_limit_default_w) != (to.power_limit_w or s.power_limit_default_w):
+            t += s.power_limit_switch_s
+        return t
+
+    def _switch_to(self, new: OperatingPoint) -> None:
+        dt = self.switch_time_s(self._op, new)
         self._op = new
+        self.last_switch_s = dt
+        # the call returns once the clocks have settled; the device is ready meanwhile
+        self._advance(dt, self._ready_w())
 
     def restore(self) -> None:
-        """Back to the settings found at construction."""
-        self._op = self._original
+        """Back to the settings found at construction (settling like any switch)."""
+        self._switch_to(self._original)
 
     def temperature_c(self) -> float:
         """Die temperature, °C (rounded like NVML)."""

@@ -18,6 +18,7 @@ from measure import (
     characterize,
     preset,
 )
+from measure.transitions import measure_transitions
 
 PLAN = {
     "gemm_bf16_8192": OperatingPoint(sm_clock_mhz=1410, power_limit_w=700),
@@ -35,7 +36,17 @@ def test_applied_plan_matches_composed_prediction():
         res = characterize(preset(name), device=gpu, grid=grid, progress=None,
                            protocol=Protocol(target_rse=0.003, min_windows=8, max_windows=12))
         sigs[name] = res.signatures[0]
-    pred = seq(*[[sigs[n]] * COUNTS[n] for n in PLAN], name="plan")
+    # Switching ω_dev takes time on the device (the clock settles): transitions are elements,
+    # priced from a settle-time probe on the same device.
+    start = gpu.operating_set().default
+    table = measure_transitions(gpu, [start, *PLAN.values()])
+    parts, prev = [], start
+    for n, op in PLAN.items():
+        parts.append(table.element(prev, op, "gpu0", s_w=sigs[n].s_w))
+        parts.extend([sigs[n]] * COUNTS[n])
+        prev = op
+    pred = seq(*parts, name="plan")
+    assert 0 < table.cost(start, PLAN["gemm_bf16_8192"])[0] < 0.05
 
     times, energies = [], []
     # Back to back after one unrecorded run, so the die is near the steady temperature the
