@@ -235,6 +235,9 @@ class ParetoCurve:
     plans: tuple[Plan, ...]
     wall_s: float
     exact: bool = False
+    #: Extra plans between the grid points (fast method): (makespan_s, energy_j, bound_j) of
+    #: each, non-dominated; their bound is the LP's tangent bound (convexity in the deadline).
+    dense: tuple[tuple[float, float, float], ...] = ()
 
     @property
     def deadlines_s(self) -> np.ndarray:
@@ -257,7 +260,16 @@ class ParetoCurve:
         for p in self.plans:
             if p.makespan_s <= deadline_s * (1 + 1e-12) and p.energy_j < best:
                 best = p.energy_j
+        for mk, e, _ in self.dense:
+            if mk <= deadline_s * (1 + 1e-12) and e < best:
+                best = e
         return best
+
+    @property
+    def max_gap(self) -> float:
+        """Largest relative gap over grid plans and dense points."""
+        gaps = [p.gap for p in self.plans] + [(e - b) / e for _, e, b in self.dense if e > 0]
+        return max(gaps) if gaps else math.inf
 
     def summary(self) -> str:
         """A short human table (at most ~12 rows)."""
@@ -271,14 +283,18 @@ class ParetoCurve:
             lines.append(f"  {p.deadline_s * 1e3:12.3f} {p.makespan_s * 1e3:12.3f} {p.energy_j:12.3f} "
                          f"{p.gap * 100:8.3f} {p.n_switches:8d}")
         if n:
-            lines.append(f"  max gap {max(p.gap for p in self.plans) * 100:.3f} %")
+            lines.append(f"  max gap {max(p.gap for p in self.plans) * 100:.3f} % at the grid plans")
+        if self.dense:
+            lines.append(f"  + {len(self.dense)} interpolated plans between them, max gap "
+                         f"{self.max_gap * 100:.3f} %")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (``schema_version`` ``ecal.pareto/1``)."""
         return {"schema_version": CURVE_SCHEMA, "problem": self.problem, "method": self.method,
                 "wall_s": self.wall_s, "exact": self.exact,
-                "plans": [p.to_dict() for p in self.plans]}
+                "plans": [p.to_dict() for p in self.plans],
+                "dense": [{"makespan_s": m, "energy_j": e, "bound_j": b} for m, e, b in self.dense]}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], file: str = "<dict>") -> ParetoCurve:
@@ -286,7 +302,9 @@ class ParetoCurve:
         if not isinstance(d, Mapping) or d.get("schema_version") != CURVE_SCHEMA:
             raise FormatError(file, "schema_version", f"expected {CURVE_SCHEMA!r}")
         plans = tuple(Plan.from_dict(p, f"{file}:plans[{i}]") for i, p in enumerate(d.get("plans", [])))
-        return cls(d["problem"], d["method"], plans, float(d["wall_s"]), bool(d.get("exact", False)))
+        dense = tuple((float(x["makespan_s"]), float(x["energy_j"]), float(x["bound_j"]))
+                      for x in d.get("dense", []))
+        return cls(d["problem"], d["method"], plans, float(d["wall_s"]), bool(d.get("exact", False)), dense)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the curve as JSON atomically."""
