@@ -115,6 +115,10 @@ def _path_te(ca: ChainArrays, ch: list[int]) -> tuple[float, float]:
     return t, e
 
 
+#: Time bucket of the incumbent-finding pass, relative to the deadline (heuristic only).
+BUCKET_REL = 1e-5
+
+
 @dataclass(frozen=True)
 class ChainResult:
     """Outcome of :func:`solve_chain`: choice per task (problem order), energy, bound, exactness."""
@@ -241,6 +245,12 @@ def solve_chain(p: Problem, deadline_s: float, order: list[int], max_labels: int
     exact = ub - lb <= tol
     labels = 0
     if not exact:
+        # A beam search first tightens the incumbent, which shrinks the exact DP's band.
+        got = _pareto_dp(ca, deadline_s, lam, ub, tol, max_labels, bucket_s=BUCKET_REL * deadline_s)
+        if got is not None and got[1] < ub:
+            ch, ub = got[0], got[1]
+            exact = ub - lb <= tol
+    if not exact:
         got = _pareto_dp(ca, deadline_s, lam, ub, tol, max_labels)
         if got is not None:
             ch2, e2, labels = got
@@ -254,8 +264,37 @@ def solve_chain(p: Problem, deadline_s: float, order: list[int], max_labels: int
     return ChainResult(choice, float(ub), float(min(lb, ub)), exact, labels)
 
 
-def _pareto_dp(ca: ChainArrays, D: float, lam: float, ub: float, tol: float, max_labels: int):
-    """Bounded (time, energy) Pareto DP; None when the label cap is hit."""
+def _cross_state_prune(ca: ChainArrays, nxt: int, T, E, S, par):
+    """Drop labels dominated by a label of *another* state even after that one pays the
+    largest possible switch into the next position: (t + τmax, e + εmax) ≤ (t', e'). Valid
+    because τ, ε ≥ 0, so the other label's completions cost at most that much more."""
+    if len(T) < 2:
+        return T, E, S, par
+    if nxt >= len(ca.t) or ca.tau[nxt] is None:
+        dt = de = 0.0                    # the state no longer matters: plain Pareto over all
+    else:
+        dt = float(ca.tau[nxt].max())
+        de = float(ca.sw[nxt].max())
+    o = np.lexsort((E, T))
+    T, E, S, par = T[o], E[o], S[o], par[o]
+    pref = np.minimum.accumulate(E)
+    if dt == 0.0:
+        keep = np.ones(len(T), dtype=bool)
+        keep[1:] = E[1:] < pref[:-1]
+    else:
+        # last label with t_i ≤ t_j − dt (strictly earlier, since dt > 0)
+        j = np.searchsorted(T, T - dt, side="right") - 1
+        dom = (j >= 0) & (pref[np.maximum(j, 0)] + de <= E)
+        keep = ~dom
+    return T[keep], E[keep], S[keep], par[keep]
+
+
+def _pareto_dp(ca: ChainArrays, D: float, lam: float, ub: float, tol: float, max_labels: int,
+               beam: int | None = None, bucket_s: float | None = None):
+    """Bounded (time, energy) Pareto DP; None when the label cap is hit. With ``beam`` only the
+    ``beam`` labels with the best completion bounds are kept per position, and with ``bucket_s``
+    one label (the cheapest) per state and time bucket: heuristics that find a good incumbent
+    fast (not exact)."""
     n = len(ca.t)
     # Several multipliers: each gives a valid completion bound; their max follows the convex
     # envelope of the suffix's cost-vs-time curve much better than one λ.
@@ -306,6 +345,17 @@ def _pareto_dp(ca: ChainArrays, D: float, lam: float, ub: float, tol: float, max
             kk[1:] = seg[1:] < run[:-1]
             keep[a:z] = kk
         T, E, S, par = tt[keep], ee[keep], st[keep], src[keep]
+        T, E, S, par = _cross_state_prune(ca, i + 1, T, E, S, par)
+        if bucket_s is not None and len(T) > 1:
+            o = np.lexsort((T, S))
+            T, E, S, par = T[o], E[o], S[o], par[o]
+            b = np.floor(T / bucket_s).astype(np.int64)
+            last = np.ones(len(T), dtype=bool)
+            last[:-1] = (S[1:] != S[:-1]) | (b[1:] != b[:-1])
+            T, E, S, par = T[last], E[last], S[last], par[last]
+        if beam is not None and len(T) > beam:
+            sel = np.argpartition(bound(i, T, E, S), beam)[:beam]
+            T, E, S, par = T[sel], E[sel], S[sel], par[sel]
         parents.append((S, par))
         total += len(T)
         if total > max_labels or len(T) == 0:

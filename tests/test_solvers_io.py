@@ -167,3 +167,25 @@ def test_plots(tmp_path):
 
 def test_problem_error_is_energy_calculus_error():
     assert issubclass(ProblemError, EnergyCalculusError)
+
+
+def test_pipeline_with_switches_fast_plan_is_feasible_and_bounded():
+    p = load_perseus_profile(EXAMPLE, n_microbatches=4, transitions=ConstantTransition(0.002, 0.5))
+    D = p.deadline_s("1.1x")
+    pl = solve(p, D, method="fast")
+    assert pl.makespan_s <= D * (1 + 1e-9)
+    assert pl.lower_bound_j <= pl.energy_j
+    assert pl.gap < 0.05
+
+
+def test_dense_curve_is_consistent():
+    p = load_perseus_profile(EXAMPLE, n_microbatches=4)
+    c = pareto(p, n_points=6, method="fast")
+    assert c.dense
+    for mk, e, b in c.dense:
+        assert b <= e and mk >= p.fastest_makespan_s() * (1 - 1e-12)
+    grid = c.deadlines_s
+    e_at = [c.energy_at(d) for d in np.linspace(grid[0], grid[-1], 25)]
+    assert all(x >= y - 1e-9 for x, y in zip(e_at, e_at[1:]))     # non-increasing
+    # every grid plan's energy is an upper bound of the curve at its deadline
+    assert all(c.energy_at(pl.deadline_s) <= pl.energy_j + 1e-9 for pl in c.plans)
