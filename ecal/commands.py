@@ -188,3 +188,23 @@ def cmd_import(args: argparse.Namespace) -> int:
     for p in out.commit():
         print(f"wrote {p}", file=sys.stderr)
     return 0
+
+
+# -- demo --------------------------------------------------------------------------------------
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """``ecal demo``: characterize, compose and plan a 1F1B step on the simulated H200."""
+    from .demo import DemoConfig, report, run_demo, write_demo
+
+    cfg = DemoConfig(deadline=args.deadline, seed=args.seed)
+    say = None if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    r = run_demo(cfg, progress=say)
+    written = write_demo(r, args.out)
+    if args.json:
+        dump_json({"plan": r.plan.to_dict(), "all_max_energy_j": r.all_max.energy_j,
+                   "best_single_energy_j": r.best_single.energy_j if r.best_single else None,
+                   "files": [str(p) for p in written]})
+    else:
+        print(report(r), end="")
+        print(f"wrote {len(written)} files to {args.out}/: " + ", ".join(p.name for p in written))
+    return 0

@@ -13,7 +13,8 @@ from typing import Any
 
 def _atomic_write(path: Path, write: Callable[[str], None]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # keep the real suffix so writers that infer a format from it (savefig) still work
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp.", suffix=path.suffix, dir=path.parent)
     os.close(fd)
     try:
         write(tmp)
