@@ -3,6 +3,8 @@
 ``method="auto"`` picks by structure and size:
 
 * a chain (total precedence order) → ``dp`` (exact chain DP, solver-notes §5.2);
+* a series–parallel order without switch costs → ``sp`` (exact frontier DP, §5.1; falls back
+  when a frontier grows past its cap);
 * a small general DAG (≤ ``ILP_MAX_BINARIES`` option variables after fixing) → ``ilp``
   (PuLP MILP, warm-started and bounded by the fast method);
 * otherwise → ``fast`` (hull LP / Lagrangian bound + rounding and repair).
@@ -25,17 +27,28 @@ from .ilp import allowed_options, solve_ilp
 from .model import InfeasibleError, Problem, ProblemError
 from .plan import ParetoCurve, Plan, make_plan
 from .relax import HullLP, interpolate, relax, solve_fast
+from .spdp import solve_sp, sp_tree
 
-METHODS = ("auto", "dp", "ilp", "fast", "brute")
+METHODS = ("auto", "dp", "sp", "ilp", "fast", "brute")
 
 #: Above this many binary option variables (after variable fixing) ``auto`` avoids the MILP.
 ILP_MAX_BINARIES = 3000
+
+
+def _sp(p: Problem):
+    """The series–parallel tree of ``p`` (cached on its index), or None."""
+    cache = p.index.__dict__
+    if "_sp_tree" not in cache:
+        cache["_sp_tree"] = None if p.has_transitions else sp_tree(p)
+    return cache["_sp_tree"]
 
 
 def pick_method(p: Problem, deadline_s: float) -> str:
     """The method ``auto`` would use for ``p`` at ``deadline_s``."""
     if chain_order(p) is not None:
         return "dp"
+    if _sp(p) is not None:
+        return "sp"
     n_bin = sum(len(a) for a in allowed_options(p, deadline_s))
     return "ilp" if n_bin <= ILP_MAX_BINARIES and p.n_tasks <= 400 else "fast"
 
@@ -63,6 +76,16 @@ def solve(problem: Problem, deadline: float | str, method: str = "auto",
         return make_plan(problem, r.choice, D, method="dp", lower_bound_j=r.lower_bound_j,
                          wall_s=time.perf_counter() - t0, proven=r.exact,
                          meta={"labels": r.labels})
+    if method == "sp":
+        tree = _sp(problem)
+        if tree is None:
+            raise ProblemError(f"{problem.name}: method 'sp' needs a series-parallel order without "
+                               f"switch costs")
+        got = solve_sp(problem, D, tree)
+        if got is not None:
+            return make_plan(problem, got[0], D, method="sp", lower_bound_j=got[1],
+                             wall_s=time.perf_counter() - t0, proven=True)
+        method = "ilp" if problem.n_tasks <= 400 else "fast"     # frontier cap hit: fall back
     if method == "brute":
         ch, _ = brute_force(problem, D)
         if ch is None:

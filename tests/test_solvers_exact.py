@@ -84,3 +84,36 @@ def test_ilp_and_fast_against_brute_force(seed, tr, kind):
     assert plan.gap == 0.0 and plan.status == "optimal"
     assert plan.energy_j == pytest.approx(e, rel=1e-7)
     assert plan.makespan_s <= D * (1 + 1e-9)
+
+
+def nested_sp(rng, k):
+    """((a ; (b ‖ c)) ; d) ‖ (e ; f) on three devices."""
+    tasks = [(x, f"g{i // 2}", _options(rng, k)) for i, x in enumerate("abcdef")]
+    return Problem.build(tasks, [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")],
+                         {"g0": 3.0, "g1": 3.0, "g2": 2.0})
+
+
+@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("kind", ["sp", "nested", "chain2"])
+def test_sp_dp_equals_brute_force(seed, kind):
+    from solvers.spdp import solve_sp, sp_tree
+
+    rng = np.random.default_rng(200 + seed)
+    k = int(rng.integers(2, 4))
+    p = {"sp": lambda: sp_dag(rng, k), "nested": lambda: nested_sp(rng, k),
+         "chain2": lambda: chain(rng, 5, k, None, n_dev=2)}[kind]()
+    assert sp_tree(p) is not None
+    D = p.fastest_makespan_s() * rng.uniform(1.0, 1.5)
+    _, e = brute_force(p, D)
+    ch, got = solve_sp(p, D)
+    assert got == pytest.approx(e, rel=1e-9)
+    assert p.index.makespan(ch) <= D * (1 + 1e-12)
+    if kind != "chain2":
+        plan = solve(p, D)
+        assert plan.method == "sp" and plan.gap == 0.0
+
+
+def test_n_shape_is_not_series_parallel():
+    from solvers.spdp import sp_tree
+
+    assert sp_tree(n_shape(np.random.default_rng(0), 2)) is None
