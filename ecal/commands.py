@@ -208,3 +208,90 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(report(r), end="")
         print(f"wrote {len(written)} files to {args.out}/: " + ", ".join(p.name for p in written))
     return 0
+
+
+# -- plan / pareto -----------------------------------------------------------------------------
+
+def _load_workload(args: argparse.Namespace):
+    """A Problem from a Perseus CSV (1F1B with the CLI's pipeline options) or a JSON problem."""
+    from solvers.io import load_problem
+    from solvers.model import ConstantTransition
+
+    if not Path(args.workload).exists():
+        raise FileNotFoundError(2, "no such file", args.workload)
+    trans = None
+    if args.transition_time_s < 0 or args.transition_energy_j < 0:
+        raise UsageError("--transition-time-s and --transition-energy-j must be >= 0")
+    if args.transition_time_s > 0 or args.transition_energy_j > 0:
+        trans = ConstantTransition(args.transition_time_s, args.transition_energy_j)
+    if args.workload.lower().endswith(".csv"):
+        if args.microbatches < 1:
+            raise UsageError(f"--microbatches must be >= 1, got {args.microbatches}")
+        return load_problem(args.workload, p2p_power_w=args.p2p_power_w,
+                            n_microbatches=args.microbatches, transitions=trans)
+    p = load_problem(args.workload)
+    return p.with_(transitions=trans) if trans is not None else p
+
+
+def _parse_deadline(text: str) -> float | str:
+    t = text.strip().lower()
+    try:
+        v = float(t[:-1]) if t.endswith("x") else float(t)
+    except ValueError:
+        raise UsageError(f"--deadline {text!r}: give seconds (0.95) or a factor of the fastest "
+                         "makespan (1.05x)") from None
+    if not v > 0:
+        raise UsageError(f"--deadline {text!r} must be > 0")
+    return t if t.endswith("x") else v
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """``ecal plan WORKLOAD --deadline 1.05x``: the minimum-energy plan and its certificate."""
+    from solvers.solve import solve
+
+    problem = _load_workload(args)
+    deadline = _parse_deadline(args.deadline)
+    plan = solve(problem, deadline, method=args.method, time_limit_s=args.time_limit_s)
+    out = Outputs()
+    if args.output:
+        out.json(args.output, plan.to_dict())
+    if args.schedule:
+        from .schedule import stage_schedule
+
+        out.json(args.schedule, stage_schedule(plan, problem))
+    if args.plot:
+        from solvers.plot import plot_timeline
+
+        out.custom(args.plot, lambda tmp: plot_timeline(plan, tmp))
+    if args.json:
+        dump_json(plan.to_dict())
+    else:
+        print(plan.summary())
+    for p in out.commit():
+        print(f"wrote {p}", file=sys.stderr)
+    return 0
+
+
+def cmd_pareto(args: argparse.Namespace) -> int:
+    """``ecal pareto WORKLOAD``: the energy-vs-deadline curve with a plan and gap per point."""
+    from solvers.solve import pareto
+
+    problem = _load_workload(args)
+    kw = {} if args.points is None else {"n_points": args.points}
+    if args.points is not None and args.points < 2:
+        raise UsageError(f"--points must be >= 2, got {args.points}")
+    curve = pareto(problem, method=args.method, time_limit_s=args.time_limit_s, **kw)
+    out = Outputs()
+    if args.output:
+        out.json(args.output, curve.to_dict())
+    if args.plot:
+        from solvers.plot import plot_pareto
+
+        out.custom(args.plot, lambda tmp: plot_pareto(curve, tmp))
+    if args.json:
+        dump_json(curve.to_dict())
+    else:
+        print(curve.summary())
+    for p in out.commit():
+        print(f"wrote {p}", file=sys.stderr)
+    return 0
