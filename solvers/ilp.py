@@ -73,6 +73,37 @@ def _var(prob, name: str, low: float | None, up: float | None, cat: str):
 
 
 @dataclass(frozen=True)
+class SolveStatus:
+    """What a PuLP solve returned, read the same way on PuLP 3 and 4."""
+
+    name: str
+    has_solution: bool
+    optimal: bool
+    infeasible: bool
+    best_bound: float | None = None
+
+
+def read_status(prob, ret) -> SolveStatus:
+    """PuLP 4: ``solve()`` returns ``LpSolveStats`` (``status``, ``has_solution``,
+    ``best_bound``). PuLP 3: ``prob.status`` and ``prob.sol_status``; a time limit with an
+    incumbent reads status 1 ("Optimal") but sol_status 2 (integer feasible) — not optimal."""
+    import pulp
+
+    if hasattr(ret, "has_solution"):                                   # PuLP 4
+        name = getattr(ret.status, "name", str(ret.status))
+        bb = getattr(ret, "best_bound", None)
+        return SolveStatus(name, bool(ret.has_solution), name.lower() == "optimal",
+                           "infeasible" in name.lower(), float(bb) if bb is not None else None)
+    sol = getattr(prob, "sol_status", None)
+    name = pulp.LpStatus.get(prob.status, str(prob.status))
+    if prob.status == pulp.LpStatusInfeasible:
+        return SolveStatus(name, False, False, True)
+    has = sol in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible) or (
+        sol is None and prob.status == pulp.LpStatusOptimal)
+    return SolveStatus(name, has, sol == pulp.LpSolutionOptimal, False)
+
+
+@dataclass(frozen=True)
 class ILPResult:
     """Choice (None if no solution), objective, lower bound, status, optimality."""
 
@@ -191,15 +222,12 @@ def solve_ilp(p: Problem, deadline_s: float, time_limit_s: float | None = 60.0, 
     slv = make_solver(solver, time_limit_s, gap_rel, warm_start=use_warm)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        prob.solve(slv)
-    sol = getattr(prob, "sol_status", None)
-    status = pulp.LpStatus.get(prob.status, str(prob.status))
-    if prob.status == pulp.LpStatusInfeasible:
+        ret = prob.solve(slv)
+    st = read_status(prob, ret)
+    if st.infeasible:
         return ILPResult(None, math.inf, math.inf, "infeasible", False, slv.name)
-    has_sol = sol in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible) or (
-        sol is None and prob.status == pulp.LpStatusOptimal)
-    if not has_sol:
-        return ILPResult(None, math.inf, fallback_bound_j, status.lower(), False, slv.name)
+    if not st.has_solution:
+        return ILPResult(None, math.inf, fallback_bound_j, st.name.lower(), False, slv.name)
     choice = []
     for v in range(ix.n):
         vals = {a: (xv.varValue or 0.0) for a, xv in x[v].items()}
@@ -207,12 +235,12 @@ def solve_ilp(p: Problem, deadline_s: float, time_limit_s: float | None = 60.0, 
     if ix.makespan(choice) > deadline_s * (1 + 1e-9):
         return ILPResult(None, math.inf, fallback_bound_j, "invalid solution", False, slv.name)
     energy = ix.objective(choice)
-    optimal = sol == pulp.LpSolutionOptimal and gap_rel == 0.0
+    optimal = st.optimal and gap_rel == 0.0
     if optimal:
         bound = energy
-    elif sol == pulp.LpSolutionOptimal:
+    elif st.optimal:
         bound = max(fallback_bound_j, energy * (1 - gap_rel))   # optimal to within gap_rel
     else:
-        bound = fallback_bound_j
-    return ILPResult(choice, energy, bound, "optimal" if optimal else
-                     ("gap" if sol == pulp.LpSolutionOptimal else "time_limit"), optimal, slv.name)
+        bound = max(fallback_bound_j, st.best_bound) if st.best_bound is not None else fallback_bound_j
+    return ILPResult(choice, energy, min(bound, energy), "optimal" if optimal else
+                     ("gap" if st.optimal else "time_limit"), optimal, slv.name)

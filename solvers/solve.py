@@ -34,6 +34,9 @@ METHODS = ("auto", "dp", "sp", "ilp", "fast", "brute")
 #: Above this many binary option variables (after variable fixing) ``auto`` avoids the MILP.
 ILP_MAX_BINARIES = 3000
 
+#: The same limit per point of a curve (``pareto``), where many deadlines are solved.
+ILP_CURVE_MAX_BINARIES = 800
+
 
 def _sp(p: Problem):
     """The series–parallel tree of ``p`` (cached on its index), or None."""
@@ -137,7 +140,13 @@ def pareto(problem: Problem, deadlines: Sequence[float | str] | None = None, n_p
     limit = 10.0 if time_limit_s is None else time_limit_s
 
     def pick(D: float) -> str:
-        return method if method != "auto" else pick_method(problem, D)
+        if method != "auto":
+            return method
+        m = pick_method(problem, D)
+        # A curve solves many deadlines: the MILP only where it is small enough to finish fast.
+        if m == "ilp" and sum(len(a) for a in allowed_options(problem, D)) > ILP_CURVE_MAX_BINARIES:
+            return "fast"
+        return m
 
     if deadlines is None:
         free = free_makespan_s(problem)
@@ -205,12 +214,17 @@ def _densify(problem: Problem, fast_res) -> tuple[tuple[float, float, float], ..
         _, mk, e = interpolate(problem, a.choice, b.choice)
         mks.append(mk)
         es.append(e)
-    mk = np.concatenate(mks)
-    e = np.concatenate(es)
-    o = np.lexsort((e, mk))
-    mk, e = mk[o], e[o]
+    ix = problem.index
+    grid_mk = np.array([ix.makespan(r.choice) for _, r in fast_res])
+    grid_e = np.array([r.energy_j for _, r in fast_res])
+    mk = np.concatenate(mks + [grid_mk])
+    e = np.concatenate(es + [grid_e])
+    is_grid = np.r_[np.zeros(len(mk) - len(grid_mk), dtype=bool), np.ones(len(grid_mk), dtype=bool)]
+    o = np.lexsort((~is_grid, e, mk))      # ties: the grid plan first, so it wins
+    mk, e, is_grid = mk[o], e[o], is_grid[o]
     keep = np.ones(len(e), dtype=bool)
     keep[1:] = e[1:] < np.minimum.accumulate(e)[:-1]
+    keep &= ~is_grid                       # grid plans are in ParetoCurve.plans already
     mk, e = mk[keep], e[keep]
     bound = np.max(tangents[:, 1][None, :] + tangents[:, 2][None, :] * (mk[:, None] - tangents[:, 0][None, :]),
                    axis=1)

@@ -117,3 +117,47 @@ def test_n_shape_is_not_series_parallel():
     from solvers.spdp import sp_tree
 
     assert sp_tree(n_shape(np.random.default_rng(0), 2)) is None
+
+
+def test_pulp_status_reading():
+    """sol_status 2 (integer feasible, e.g. a time limit) is never reported as optimal."""
+    import pulp
+
+    from solvers.ilp import read_status
+
+    class P:
+        status, sol_status = pulp.LpStatusOptimal, pulp.LpSolutionIntegerFeasible
+
+    st = read_status(P(), 1)
+    assert st.has_solution and not st.optimal
+
+    class R:          # PuLP 4 LpSolveStats look-alike
+        class status:
+            name = "TimeLimit"
+        has_solution = True
+        best_bound = 12.5
+
+    st = read_status(None, R())
+    assert st.has_solution and not st.optimal and st.best_bound == 12.5
+
+
+def test_no_solver_fails_clearly(monkeypatch):
+    import pulp
+
+    from solvers import SolverUnavailableError
+    from solvers.ilp import make_solver
+
+    monkeypatch.setattr(pulp, "listSolvers", lambda onlyAvailable=False: [])
+    with pytest.raises(SolverUnavailableError, match="pulp\\[cbc\\]"):
+        make_solver()
+
+
+def test_ilp_time_limit_reports_bound_not_optimal():
+    rng = np.random.default_rng(5)
+    p = random_dag(rng, 40, 6, 4, TR)
+    D = p.fastest_makespan_s() * 1.2
+    plan = solve(p, D, method="ilp", time_limit_s=1.0)
+    assert plan.makespan_s <= D * (1 + 1e-9)
+    assert plan.lower_bound_j <= plan.energy_j
+    if plan.status != "optimal":
+        assert plan.gap > 0
