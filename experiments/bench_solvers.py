@@ -152,11 +152,14 @@ def main() -> None:
             lt_s, pts = run_lowtime(p, prof[S])
             cmp_ = compare(curve, pts)
             row.update({"lowtime_wall_s": lt_s, "lowtime_points": len(pts), **cmp_,
-                        "speedup": lt_s / curve.wall_s})
+                        "speedup": lt_s / curve.wall_s,
+                        "_lowtime_curve": [[m, e] for m, e in pts],
+                        "_our_curve": [[pl.makespan_s, pl.energy_j, pl.lower_bound_j] for pl in curve.plans]
+                        + [list(x) for x in curve.dense]})
             lt_e = min((e for mk, e in pts if mk <= p.deadline_s("1.05x")), default=float("nan"))
             row["lowtime_energy_at_1.05x_j"] = lt_e
         rows.append(row)
-        print(row, flush=True)
+        print({k: v for k, v in row.items() if not k.startswith("_")}, flush=True)
     p = load_perseus_profile(prof[16], P2P_W, 64, transitions=ConstantTransition(tau, P2P_W * tau))
     for fac in ("1.05x", "1.2x"):
         pl = solve(p, fac, method="fast")
@@ -174,6 +177,17 @@ def main() -> None:
     write_results(rows, Path(a.out), have_lt)
 
 
+NOTES = """Profiles: shared/tools/make_perseus_profile.py (60 SM clocks, 1980 MHz down by 15 MHz,
+seed 0), P2P-blocking power 75 W = each stage's idle power and every option's static power.
+Energy of a plan = 75 W x stages x makespan + sum of d (same accounting for both sides).
+lowtime: unit time 1 ms, exponential cost fit per (stage, instruction), cost = E - 75 W x
+quantised time (as Perseus); each iteration's assigned knobs are evaluated on the measured
+options. `ours_worse_at`: lowtime plans whose makespan our curve cannot match with less energy
+(our curve = grid plans + plans interpolated between them); `max_gap_pct`: grid plans vs their
+LP/Lagrangian bound. Switch cases: constant switch latency, energy = idle power x latency.
+The chain DP row is exact only when its gap is 0."""
+
+
 def write_results(rows: list[dict], out: Path, have_lt: bool) -> None:
     """Markdown table + JSON, atomically."""
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -181,7 +195,7 @@ def write_results(rows: list[dict], out: Path, have_lt: bool) -> None:
     cols = ["case", "method", "wall_s", "points", "max_gap_pct", "lowtime_wall_s", "lowtime_points",
             "speedup", "ours_worse_at", "mean_saving_pct", "max_excess_pct", "switches"]
     lines = ["# bench_solvers", "", "lowtime " + ("0.3.0 ran in the same process" if have_lt else "not installed"),
-             "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+             "", NOTES, "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         cells = []
         for c in cols:

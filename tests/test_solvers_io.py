@@ -189,3 +189,16 @@ def test_dense_curve_is_consistent():
     assert all(x >= y - 1e-9 for x, y in zip(e_at, e_at[1:]))     # non-increasing
     # every grid plan's energy is an upper bound of the curve at its deadline
     assert all(c.energy_at(pl.deadline_s) <= pl.energy_j + 1e-9 for pl in c.plans)
+
+
+def test_hull_lp_warm_highs_and_linprog_agree():
+    from solvers.relax import HullLP
+
+    p = load_perseus_profile(EXAMPLE, n_microbatches=4)
+    warm, cold = HullLP(p), HullLP(p)
+    cold._h = None                   # force scipy.optimize.linprog
+    for f in (1.0, 1.1, 1.3):
+        D = p.fastest_makespan_s() * f
+        a, b = warm.solve(D), cold.solve(D)
+        assert a.bound_j == pytest.approx(b.bound_j, rel=1e-7)
+        assert a.slope_j_per_s == pytest.approx(b.slope_j_per_s, rel=1e-5, abs=1e-6)
