@@ -118,3 +118,52 @@ def test_import_nvdvfs(tmp_path):
     assert "20 element(s), 200 signature(s)" in r.stdout
     r = ecal("frontier", "v100.json", "--element", "cfd/cuda_compute_flux/input000", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
+
+
+PIPE = str(EXAMPLES / "pipeline_4x8.csv")
+
+
+def test_plan_bundled_pipeline(tmp_path):
+    r = ecal("plan", PIPE, "--deadline", "1.05x", "-o", "plan.json", "--plot", "plan.png",
+             "--schedule", "sched.json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "plan for" in r.stdout and "gap" in r.stdout
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert plan["makespan_s"] <= plan["deadline_s"] * (1 + 1e-9)
+    sched = json.loads((tmp_path / "sched.json").read_text())
+    assert set(sched["devices"]) == {f"stage{i}" for i in range(4)}
+    assert all("sm_clock_mhz" in e for e in sched["devices"]["stage0"])
+    assert (tmp_path / "plan.png").stat().st_size > 1000
+
+
+def test_pareto_bundled_pipeline(tmp_path):
+    r = ecal("pareto", PIPE, "--points", "4", "--microbatches", "4", "-o", "c.json",
+             "--plot", "c.png", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    curve = json.loads((tmp_path / "c.json").read_text())
+    energies = [p["energy_j"] for p in curve["plans"]]
+    assert energies == sorted(energies, reverse=True)
+
+
+def test_infeasible_deadline_reports_fastest_and_writes_nothing(tmp_path):
+    r = ecal("plan", PIPE, "--deadline", "0.5x", "-o", "plan.json", cwd=tmp_path)
+    one_line_error(r, "fastest")
+    assert not (tmp_path / "plan.json").exists()
+
+
+def test_bad_deadline_text(tmp_path):
+    one_line_error(ecal("plan", PIPE, "--deadline", "soon", cwd=tmp_path), "--deadline")
+
+
+def test_malformed_profile_names_file(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("stage,instruction,frequency,time,energy\n0,forward,1980,abc,1.0\n")
+    one_line_error(ecal("plan", str(bad), "--deadline", "1.1x", "-o", "p.json", cwd=tmp_path), "bad.csv")
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_demo_command_runs(tmp_path):
+    r = ecal("demo", "--out", "d", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "SIMULATED H200" in r.stdout and "saved" in r.stdout
+    assert (tmp_path / "d" / "plan.json").exists()
