@@ -417,9 +417,18 @@ class _Index:
             if rule is None:
                 continue
             pw = self.power[d]
+            mats: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
             for a, b in zip(seq, seq[1:]):
                 oa = [o.omega.dev for o in p.tasks[a].options]
                 ob = [o.omega.dev for o in p.tasks[b].options]
+                mkey = (tuple(oa), tuple(ob))
+                if mkey in mats:             # 1F1B: every pair on a device shares its ω lists
+                    tau, ext = mats[mkey]
+                    if tau.any() or ext.any():
+                        self.has_transitions = True
+                        self.tau[b] = tau
+                        self.extra[b] = ext
+                    continue
                 tau = np.zeros((len(oa), len(ob)))
                 ext = np.zeros((len(oa), len(ob)))
                 for i, wa in enumerate(oa):
@@ -440,6 +449,7 @@ class _Index:
                             cache[key] = c
                         tau[i, j] = c[0]
                         ext[i, j] = max(c[1], pw * c[0]) - pw * c[0]
+                mats[mkey] = (tau, ext)
                 if tau.any() or ext.any():
                     self.has_transitions = True
                     self.tau[b] = tau
