@@ -57,6 +57,10 @@ def make_solver(name: str | None = None, time_limit_s: float | None = None, gap_
         kw["warmStart"] = warm_start
     elif name == "HiGHS":
         kw["threads"] = threads
+        # PuLP 3.3.2's HiGHS returned "Not Solved" at once with msg=False on switch-cost models
+        # (seen here); msg=True with HiGHS' own console log off solves them and stays quiet.
+        kw["msg"] = True
+        kw["log_to_console"] = False
     with warnings.catch_warnings():
         # PuLP 3.3 warns that PULP_CBC_CMD goes away in PuLP 4; we already detect what exists.
         warnings.simplefilter("ignore", DeprecationWarning)
