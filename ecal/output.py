@@ -3,28 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-
-def _atomic_write(path: Path, write: Callable[[str], None]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # keep the real suffix so writers that infer a format from it (savefig) still work
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp.", suffix=path.suffix, dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+from frontier.io import atomic_write
 
 
 class Outputs:
@@ -69,7 +53,7 @@ class Outputs:
         done: list[Path] = []
         try:
             for path, write in self._pending:
-                _atomic_write(path, write)
+                atomic_write(path, write)
                 done.append(path)
         except BaseException:
             for p in done:

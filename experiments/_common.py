@@ -8,34 +8,14 @@ as scripts; the tests import them as ``experiments.study_*``).
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from frontier.h200 import shared_data_dir
-from frontier.io import file_mode, write_json_atomic
+from frontier.io import write_json_atomic, write_text_atomic  # noqa: F401  (re-exported for the studies)
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-
-
-def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically (temp file in the same folder, fsync, os.replace)."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        os.chmod(tmp, file_mode())   # mkstemp makes 0600; keep the usual permissions
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return p
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> Path:

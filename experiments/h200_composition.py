@@ -12,9 +12,7 @@ energy-counter measurements on one NVIDIA H200 (``data/h200/measurements.json``)
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 from matplotlib.figure import Figure
@@ -29,7 +27,8 @@ from frontier.h200 import (
     predict_composition,
     static_power_w,
 )
-from frontier.io import file_mode, write_json_atomic
+from frontier.io import write_json_atomic
+from frontier.plot import save_figure
 
 OUT_DEFAULT = Path(__file__).resolve().parent / "results"
 
@@ -112,17 +111,7 @@ def figure(results: list[DeviationResult]) -> Figure:
 
 def save_figure_atomic(fig: Figure, path: Path) -> None:
     """Render to a temp file in the same folder, then rename into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        os.chmod(tmp, file_mode())
-        fig.savefig(tmp, format=path.suffix.lstrip(".") or "png", dpi=130, bbox_inches="tight")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,14 +13,12 @@ Writes ``experiments/results/protocol_precision.{md,json}``. Everything here is 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from frontier.io import write_json_atomic
+from frontier.io import write_json_atomic, write_text_atomic
 from measure import NAIVE_5S, Protocol, SimulatedGPU, measure_point, preset
 from measure.protocol import measure_ready_power_w, measure_window
 
@@ -130,19 +128,7 @@ def table(res: dict) -> str:
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_text_atomic(path, text)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -60,7 +60,7 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -115,19 +115,18 @@ def file_mode() -> int:
     return 0o666 & ~mask
 
 
-def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
-    """Write ``obj`` as JSON to ``path`` atomically: a temp file in the same folder, fsync, then
-    ``os.replace``; a reader never sees a partial file and a failure leaves the old one."""
+def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
+    """Create ``path`` atomically: ``write(tmp)`` fills a temp file in the same folder (with the
+    same suffix, so writers that infer a format from it work), which is fsynced and renamed into
+    place; a reader never sees a partial file and a failure leaves the old one untouched."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(_finite_json(json.loads(json.dumps(obj, default=_default))), indent=2,
-                      allow_nan=False) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.tmp.", suffix=p.suffix, dir=p.parent)
+    os.close(fd)
     try:
         os.chmod(tmp, file_mode())   # mkstemp makes 0600; give the file the usual permissions
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
+        write(tmp)
+        with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, p)
     except BaseException:
@@ -135,6 +134,24 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
             os.unlink(tmp)
         raise
     return p
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically (see :func:`atomic_write`)."""
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+
+    return atomic_write(path, write)
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
+    """Write ``obj`` as JSON to ``path`` atomically (see :func:`atomic_write`); numpy values,
+    operating points and anything with ``to_dict`` are converted, NaN/inf are refused."""
+    text = json.dumps(_finite_json(json.loads(json.dumps(obj, default=_default))), indent=2,
+                      allow_nan=False) + "\n"
+    return write_text_atomic(path, text)
 
 
 def read_json(path: str | os.PathLike) -> Any:

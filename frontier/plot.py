@@ -9,7 +9,6 @@ the axis labels. Plots of simulated data say so.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -43,24 +42,12 @@ def energy_unit(e_max_j: float) -> tuple[float, str]:
 
 
 def save_figure(fig: Figure, path: str | os.PathLike) -> Path:
-    """Write ``fig`` to ``path`` atomically (temp file in the same folder, then rename)."""
+    """Write ``fig`` to ``path`` atomically (format from the suffix; see ``frontier.io.atomic_write``)."""
+    from .io import atomic_write
+
     path = Path(path)
     fmt = path.suffix.lstrip(".").lower() or "png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fig.savefig(fh, format=fmt, dpi=150, bbox_inches="tight")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return path
+    return atomic_write(path, lambda tmp: fig.savefig(tmp, format=fmt, dpi=150, bbox_inches="tight"))
 
 
 def _axes(ax: Axes | None, figsize=(7.0, 4.8)) -> tuple[Figure, Axes]:
