@@ -160,13 +160,15 @@ def main() -> None:
             row["lowtime_energy_at_1.05x_j"] = lt_e
         rows.append(row)
         print({k: v for k, v in row.items() if not k.startswith("_")}, flush=True)
-    p = load_perseus_profile(prof[16], P2P_W, 64, transitions=ConstantTransition(tau, P2P_W * tau))
-    for fac in ("1.05x", "1.2x"):
-        pl = solve(p, fac, method="fast")
-        rows.append({"case": f"16x64 + switches {a.switch_ms:g} ms @{fac}", "method": pl.method,
-                     "wall_s": pl.wall_s, "points": 1, "max_gap_pct": 100 * pl.gap,
-                     "energy_j": pl.energy_j, "switches": pl.n_switches})
-        print(rows[-1], flush=True)
+    for trans in (None, ConstantTransition(tau, P2P_W * tau)):
+        p = load_perseus_profile(prof[16], P2P_W, 64, transitions=trans)
+        what = "no switch cost" if trans is None else f"switches {a.switch_ms:g} ms"
+        for fac in ("1.05x", "1.2x"):
+            pl = solve(p, fac, method="fast")
+            rows.append({"case": f"16x64 {what} @{fac}", "method": pl.method,
+                         "wall_s": pl.wall_s, "points": 1, "max_gap_pct": 100 * pl.gap,
+                         "energy_j": pl.energy_j, "switches": pl.n_switches})
+            print(rows[-1], flush=True)
     cp = chain_problem(2000, tau, prof[4])
     assert chain_order(cp) is not None
     pl = solve(cp, "1.05x")
