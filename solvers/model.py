@@ -334,13 +334,30 @@ class Problem:
         return self.transitions
 
     def fastest_makespan_s(self) -> float:
-        """Makespan with every task at its fastest option (switch latencies included).
+        """Makespan of the fastest of these plans: every task at its fastest option, or every
+        task at its fastest option of one ω_dev (one per ω_dev seen), switch latencies included.
 
-        Without switch latencies this is the fastest achievable makespan; with them it is the
-        makespan of the all-fastest plan (a cheaper switch pattern could in rare cases be faster).
+        Without switch latencies this is the fastest achievable makespan. With them, holding
+        one ω_dev can beat the all-fastest plan (whose per-task fastest points may sit at
+        different clocks and pay switches), so both kinds are tried; a mixed switch pattern
+        could in rare cases be faster still.
         """
+        cached = self.__dict__.get("_fastest_makespan_s")
+        if cached is not None:
+            return cached
         ix = self.index
-        return float(ix.makespan(ix.fastest_choice()))
+        best = float(ix.makespan(ix.fastest_choice()))
+        if self.has_transitions:
+            devs = sorted({o.omega.dev for t in self.tasks for o in t.options})
+            for dev in devs:
+                choice = []
+                for t in self.tasks:
+                    same = [j for j, o in enumerate(t.options) if o.omega.dev == dev]
+                    pool = same or range(len(t.options))
+                    choice.append(min(pool, key=lambda j, t=t: t.options[j].time_s))
+                best = min(best, float(ix.makespan(choice)))
+        object.__setattr__(self, "_fastest_makespan_s", best)
+        return best
 
     def deadline_s(self, deadline: float | str) -> float:
         """Resolve a deadline: seconds, or ``"1.05x"`` (a factor of the fastest makespan)."""
