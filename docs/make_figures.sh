@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Regenerates every figure and pasted output in README.md (run from the repository root).
+# Data: the bundled examples in ecal/examples/ and the simulated H200; nothing else.
+set -euo pipefail
+export MPLBACKEND=Agg
+mkdir -p docs/out
+ecal demo --out docs/demo                                             > docs/out/demo.txt
+ecal compose ecal/examples/attention_tp2.json                          > docs/out/compose.txt
+ecal check ecal/examples/h200_compositions.json                        > docs/out/check.txt || true
+ecal characterize gemm_bf16_8192 -o docs/gemm.json --plot docs/gemm_characterize.png \
+     > docs/out/characterize.txt 2>/dev/null
+ecal frontier docs/gemm.json --plot docs/gemm_frontier.png              > docs/out/frontier.txt
+ecal plan ecal/examples/pipeline_4x8.csv --deadline 1.05x --transition-time-s 0.005 \
+     -o docs/plan.json --plot docs/plan.png --schedule docs/schedule.json > docs/out/plan.txt
+ecal pareto ecal/examples/pipeline_4x8.csv --plot docs/pareto.png -o docs/pareto.json > docs/out/pareto.txt
+python docs/api_example.py                                              > docs/out/api.txt
+python experiments/h200_composition.py --out docs/out/h200 2>&1 | sed '/^wrote /d' > docs/out/h200.txt
+python docs/build_readme.py                                             # pastes docs/out/* into README.md
