@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 EPILOG = """examples:
   ecal demo                                      # the whole job on the simulated H200 -> demo/
-  ecal characterize gemm --grid "sm_clock_mhz=1980:1200:-60" -o gemm.json --plot gemm.png
+  ecal characterize gemm_bf16_8192 --grid "sm_clock_mhz=1980:1200:-60" -o gemm.json --plot gemm.png
   ecal frontier gemm.json --plot frontier.png
   ecal compose ecal/examples/attention_tp2.json
   ecal check ecal/examples/h200_compositions.json
@@ -140,6 +140,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = getattr(commands, "cmd_" + args.command.replace("-", "_"))
     try:
         return int(handler(args) or 0)
+    except BrokenPipeError:
+        # the reader (e.g. `| head`) went away: not an error of ours
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("ecal: interrupted", file=sys.stderr)
         return 130
