@@ -348,13 +348,20 @@ class Problem:
         ix = self.index
         best = float(ix.makespan(ix.fastest_choice()))
         if self.has_transitions:
-            devs = sorted({o.omega.dev for t in self.tasks for o in t.options})
-            for dev in devs:
-                choice = []
-                for t in self.tasks:
-                    same = [j for j, o in enumerate(t.options) if o.omega.dev == dev]
-                    pool = same or range(len(t.options))
-                    choice.append(min(pool, key=lambda j, t=t: t.options[j].time_s))
+            per_task = [[o.omega.dev for o in t.options] for t in self.tasks]
+            devs = sorted({w for ws in per_task for w in ws})
+            code = {w: i for i, w in enumerate(devs)}
+            kmax = max(ix.k)
+            times = np.full((ix.n, kmax), np.inf)
+            ids = np.full((ix.n, kmax), -1)
+            for v, ws in enumerate(per_task):
+                times[v, :len(ws)] = ix.time[v]
+                ids[v, :len(ws)] = [code[w] for w in ws]
+            fastest = np.argmin(times, axis=1)
+            for i in range(len(devs)):
+                # each task's fastest option at this ω_dev (first among ties), else its fastest
+                tm = np.where(ids == i, times, np.inf)
+                choice = np.where(np.isfinite(tm.min(axis=1)), np.argmin(tm, axis=1), fastest)
                 best = min(best, float(ix.makespan(choice)))
         object.__setattr__(self, "_fastest_makespan_s", best)
         return best

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -475,6 +476,143 @@ def relax(p: Problem, choice: np.ndarray, horizon_s: float) -> np.ndarray:
     return ch
 
 
+def _pareto_thin(f: np.ndarray, c: np.ndarray, cap: int) -> np.ndarray:
+    """Indices of the (min f, min c) Pareto set of the points, by increasing f, thinned to at
+    most ``cap`` evenly spread points (the fastest and the cheapest always kept)."""
+    o = np.lexsort((c, f))
+    cs = c[o]
+    cm = np.minimum.accumulate(cs)
+    keep = np.ones(len(o), dtype=bool)
+    keep[1:] = cs[1:] < cm[:-1] - 1e-12
+    idx = o[keep]
+    if len(idx) > cap:
+        idx = idx[np.unique(np.linspace(0, len(idx) - 1, cap).round().astype(int))]
+    return idx
+
+
+def device_dp(p: Problem, seq: list[int], release: np.ndarray, due: np.ndarray,
+              cap: int = 48, gcap: int = 160) -> np.ndarray | None:
+    """Cheapest option sequence (effective energy + switch extras) for the chain of one device's
+    tasks ``seq`` when task ``seq[i]`` may start no earlier than ``release[i]`` and must finish by
+    ``due[i]`` (everything else held fixed). Labels (finish time, cost) per option, Pareto-pruned
+    and thinned to ``cap`` per option (``gcap`` across options as predecessors of a switch), so
+    the result is a good feasible sequence, not always the optimum; None if none fits."""
+    ix = p.index
+    layers = []
+    pf = pc = po = None
+    for pos, v in enumerate(seq):
+        T = ix.time[v]
+        C = ix.cost[v]
+        K = len(T)
+        if pos == 0:
+            f = release[0] + T
+            c = C.copy()
+            o = np.arange(K)
+            b = np.full(K, -1)
+        else:
+            G = _pareto_thin(pf, pc, gcap)
+            gf, gc, go = pf[G], pc[G], po[G]
+            tau, ext = ix.tau[v], ix.extra[v]
+            if tau is None:
+                st = np.broadcast_to(np.maximum(release[pos], gf)[:, None], (len(G), K))
+                cc = gc[:, None] + C[None, :]
+            else:
+                st = np.maximum(release[pos], gf[:, None] + tau[go, :])
+                cc = gc[:, None] + C[None, :] + ext[go, :]
+            ff = st + T[None, :]
+            fl = [ff.ravel()]
+            cl = [cc.ravel()]
+            ol = [np.broadcast_to(np.arange(K)[None, :], ff.shape).ravel()]
+            bl = [np.broadcast_to(G[:, None], ff.shape).ravel()]
+            if tau is not None:
+                # keeping the option (no switch) from any label, even one dominated overall
+                idx = np.flatnonzero((tau[po, po] == 0) & (ext[po, po] == 0))
+                fl.append(np.maximum(release[pos], pf[idx]) + T[po[idx]])
+                cl.append(pc[idx] + C[po[idx]])
+                ol.append(po[idx])
+                bl.append(idx)
+            f, c, o, b = (np.concatenate(x) for x in (fl, cl, ol, bl))
+        ok = f <= due[pos]
+        f, c, o, b = f[ok], c[ok], o[ok], b[ok]
+        if f.size == 0:
+            return None
+        # Pareto per option: sort by (option, finish, cost), segmented running minimum.
+        srt = np.lexsort((c, f, o))
+        f, c, o, b = f[srt], c[srt], o[srt], b[srt]
+        key = c - o * (4.0 * (c.max() - c.min()) + 1.0)
+        cm = np.minimum.accumulate(key)
+        keep = np.ones(len(f), dtype=bool)
+        keep[1:] = (key[1:] < cm[:-1] - 1e-12) | (o[1:] != o[:-1])
+        f, c, o, b = f[keep], c[keep], o[keep], b[keep]
+        s0 = np.flatnonzero(np.r_[True, o[1:] != o[:-1]])
+        s1 = np.r_[s0[1:], len(o)]
+        if np.any(s1 - s0 > cap):
+            sel = np.concatenate([a + np.unique(np.linspace(0, z - a - 1, cap).round().astype(int))
+                                  if z - a > cap else np.arange(a, z) for a, z in zip(s0, s1)])
+            f, c, o, b = f[sel], c[sel], o[sel], b[sel]
+        layers.append((o, b))
+        pf, pc, po = f, c, o
+    j = int(np.argmin(pc))
+    out = np.zeros(len(seq), dtype=int)
+    for pos in range(len(seq) - 1, -1, -1):
+        o, b = layers[pos]
+        out[pos] = o[j]
+        j = int(b[j])
+    return out
+
+
+#: Where the other tasks are held while one device is re-planned: α·ASAP + (1 − α)·ALAP start
+#: (a convex combination of two feasible schedules is feasible), cycled per sweep.
+POLISH_ALPHAS: tuple[float, ...] = (0.5, 0.0, 1.0)
+
+
+def polish_devices(p: Problem, choice: np.ndarray, deadline_s: float, budget_s: float = 8.0,
+                   alphas: tuple[float, ...] = POLISH_ALPHAS) -> np.ndarray:
+    """Large-neighbourhood search: one device at a time, hold every other task at a feasible
+    start time and re-plan that device's chain with :func:`device_dp` (switches included);
+    keep the new plan when it meets the deadline and costs less. Sweeps over the devices,
+    cycling ``alphas``, until a whole cycle finds nothing or ``budget_s`` is spent."""
+    ix = p.index
+    t_end = time.perf_counter() + budget_s
+    ch = choice.copy()
+    best = ix.objective(ch)
+    D = deadline_s
+    idle = 0
+    k = 0
+    devs = [(d, seq, set(seq)) for d, seq in ix.dev_seq.items() if len(seq) > 1]
+    while idle < len(alphas) and devs:
+        a = alphas[k % len(alphas)]
+        k += 1
+        improved = False
+        for _, seq, on in devs:
+            if time.perf_counter() > t_end:
+                return ch
+            start, end, _ = ix.schedule(ch)
+            dur = end - start
+            S = a * start + (1 - a) * (ix.latest(ch, D) - dur)
+            rel = np.zeros(len(seq))
+            due = np.full(len(seq), D)
+            for i, v in enumerate(seq):
+                for u in ix.preds[v]:
+                    if u not in on:
+                        rel[i] = max(rel[i], S[u] + dur[u])
+                for w in ix.succs[v]:
+                    if w not in on:
+                        due[i] = min(due[i], S[w])
+            sub = device_dp(p, seq, rel, due + 1e-13 * D)
+            if sub is None or np.array_equal(sub, ch[seq]):
+                continue
+            new = ch.copy()
+            new[seq] = sub
+            if ix.makespan(new) > D * (1 + 1e-12):
+                continue
+            e = ix.objective(new)
+            if e < best - 1e-9 * abs(best):
+                best, ch, improved = e, new, True
+        idle = 0 if improved else idle + 1
+    return ch
+
+
 #: Extra roundings tried (LP time × (1 + slack), then crash): measured on 1F1B profiles they
 #: find cheaper plans than rounding every task down to the faster hull vertex.
 ROUNDING_SLACKS: tuple[float, ...] = (0.005,)
@@ -517,9 +655,15 @@ def interpolate(p: Problem, fast: np.ndarray, slow: np.ndarray) -> tuple[np.ndar
     return ch, mk, ix.p_total * mk + cost
 
 
+#: Seconds :func:`solve_fast` spends polishing a plan with switch costs (:func:`polish_devices`).
+POLISH_S = 8.0
+
+
 def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
-               slacks: tuple[float, ...] | None = None) -> FastResult:
-    """LP/Lagrangian bound plus rounded-and-repaired plan at ``deadline_s``."""
+               slacks: tuple[float, ...] | None = None, polish_s: float | None = None) -> FastResult:
+    """LP/Lagrangian bound plus rounded-and-repaired plan at ``deadline_s``; with switch costs
+    the plan is then polished device by device for up to ``polish_s`` seconds (default
+    ``POLISH_S``; 0 turns it off)."""
     ix = p.index
     lp = lp or HullLP(p)
     res = lp.solve(deadline_s)
@@ -564,4 +708,8 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
     if best_ch is None:
         fc = ix.fastest_choice()
         best_ch, best_e = fc, ix.objective(fc)
+    polish_s = (POLISH_S if ix.has_transitions else 0.0) if polish_s is None else polish_s
+    if polish_s > 0:
+        best_ch = polish_devices(p, best_ch, deadline_s, polish_s)
+        best_e = ix.objective(best_ch)
     return FastResult(best_ch, float(best_e), float(min(bound, best_e)), res.bound_j, res.slope_j_per_s)

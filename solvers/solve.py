@@ -166,7 +166,7 @@ def pareto(problem: Problem, deadlines: Sequence[float | str] | None = None, n_p
             if m_d == "fast":
                 t1 = time.perf_counter()
                 # Curves: more grid points beat extra roundings per point (measured, 8x32).
-                fr = solve_fast(problem, D, lp, slacks=())
+                fr = solve_fast(problem, D, lp, slacks=(), polish_s=0.0)
                 if fast_res:
                     fr = _reuse_previous(problem, fast_res[-1][1], fr, D)
                 fast_res.append((D, fr))
