@@ -27,7 +27,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from frontier.io import write_json_atomic  # noqa: E402
+from frontier.io import write_json_atomic, write_text_atomic  # noqa: E402
 from solvers import ConstantTransition, load_perseus_profile, pareto, solve  # noqa: E402
 from solvers.dp import chain_order  # noqa: E402
 from solvers.model import Problem  # noqa: E402
@@ -205,10 +205,7 @@ def write_results(rows: list[dict], out: Path, have_lt: bool) -> None:
             cells.append(f"{v:.4g}" if isinstance(v, float) else str(v))
         lines.append("| " + " | ".join(cells) + " |")
     text = "\n".join(lines) + "\n"
-    fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, out.with_suffix(".md"))
+    write_text_atomic(out.with_suffix(".md"), text)
     print(text)
 
 

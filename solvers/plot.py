@@ -3,25 +3,15 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 from .plan import ParetoCurve, Plan
 
 
 def _save(fig, path: str | os.PathLike) -> Path:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=p.suffix or ".png", dir=p.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=120, bbox_inches="tight")
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return p
+    from frontier.plot import save_figure
+
+    return save_figure(fig, path)
 
 
 def plot_timeline(plan: Plan, path: str | os.PathLike) -> Path:
