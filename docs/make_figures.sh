@@ -10,7 +10,7 @@ ecal check ecal/examples/h200_compositions.json                        > docs/ou
 ecal characterize gemm_bf16_8192 -o docs/gemm.json --plot docs/gemm_characterize.png \
      > docs/out/characterize.txt 2>/dev/null
 ecal frontier docs/gemm.json --plot docs/gemm_frontier.png              > docs/out/frontier.txt
-ecal plan ecal/examples/pipeline_4x8.csv --deadline 1.05x --transition-time-s 0.005 \
+ecal plan ecal/examples/pipeline_4x8.csv --deadline 1.05x --transition-time-s 0.001 \
      -o docs/plan.json --plot docs/plan.png --schedule docs/schedule.json > docs/out/plan.txt
 ecal pareto ecal/examples/pipeline_4x8.csv --plot docs/pareto.png -o docs/pareto.json > docs/out/pareto.txt
 python docs/api_example.py                                              > docs/out/api.txt
