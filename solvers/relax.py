@@ -630,27 +630,34 @@ class FastResult:
     slope_j_per_s: float = 0.0
 
 
-def interpolate(p: Problem, fast: np.ndarray, slow: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def interpolate(p: Problem, fast: np.ndarray, slow: np.ndarray,
+                order: str = "ratio") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Plans between two plans (no switch latencies): starting from ``slow``, switch the tasks
-    that differ to their ``fast`` option in order of Δcost/Δtime; returns (choices [k × n],
-    makespans, energies) of every prefix, evaluated in one batch."""
+    that differ to their ``fast`` option in order of Δcost/Δtime (``order="ratio"``) or of
+    their start in ``slow``'s schedule (``"start"``); returns (choices [k × n], makespans,
+    energies) of every prefix, evaluated in one batch."""
     ix = p.index
     diff = np.flatnonzero(fast != slow)
     if diff.size == 0:
         return slow[None, :], np.array([ix.makespan(slow)]), np.array([ix.objective(slow)])
-    dt = np.array([ix.time[v][slow[v]] - ix.time[v][fast[v]] for v in diff])
-    dc = np.array([ix.cost[v][fast[v]] - ix.cost[v][slow[v]] for v in diff])
-    key = np.where(dt > 0, dc / np.where(dt > 0, dt, 1.0), np.inf)
+    if order == "start":
+        key = ix.schedule(slow)[0][diff]
+    elif order == "ratio":
+        dt = np.array([ix.time[v][slow[v]] - ix.time[v][fast[v]] for v in diff])
+        dc = np.array([ix.cost[v][fast[v]] - ix.cost[v][slow[v]] for v in diff])
+        key = np.where(dt > 0, dc / np.where(dt > 0, dt, 1.0), np.inf)
+    else:
+        raise ValueError(f"unknown order {order!r}")
     diff = diff[np.argsort(key, kind="stable")]
     k = diff.size + 1
+    later = np.arange(k)[:, None] > np.arange(diff.size)[None, :]     # row j: first j switched
     ch = np.tile(slow, (k, 1))
-    for j, v in enumerate(diff):
-        ch[j + 1:, v] = fast[v]
-    dur = np.empty(ch.shape)
-    cost = np.zeros(k)
-    for v in range(ix.n):
-        dur[:, v] = ix.time[v][ch[:, v]]
-        cost += ix.cost[v][ch[:, v]]
+    ch[:, diff] = np.where(later, fast[diff], slow[diff])
+    dur = np.tile(ix.durations(slow), (k, 1))
+    dur[:, diff] = np.where(later, [ix.time[v][fast[v]] for v in diff], [ix.time[v][slow[v]] for v in diff])
+    c_slow = np.array([ix.cost[v][slow[v]] for v in range(ix.n)])
+    step = np.array([ix.cost[v][fast[v]] for v in diff]) - c_slow[diff]
+    cost = float(c_slow.sum()) + np.r_[0.0, np.cumsum(step)]
     mk = ix.batch_makespan(dur)
     return ch, mk, ix.p_total * mk + cost
 

@@ -206,7 +206,7 @@ def pareto(problem: Problem, deadlines: Sequence[float | str] | None = None, n_p
         plans.append(pl)
     extra: tuple[tuple[float, float, float], ...] = ()
     if dense and len(fast_res) >= 2 and no_tau:
-        extra = _densify(problem, fast_res)
+        extra = _densify(problem, fast_res, DENSIFY_ORDERS)
     exact = bool(plans) and all(p.gap == 0.0 for p in plans) and not extra
     used = sorted({p.method for p in plans})
     return ParetoCurve(problem.name, "+".join(used) or method, tuple(plans), time.perf_counter() - t0,
@@ -251,14 +251,24 @@ def _reuse_previous(problem: Problem, prev, cur, D: float):
     return cur
 
 
-def _densify(problem: Problem, fast_res) -> tuple[tuple[float, float, float], ...]:
-    """Interpolated plans between consecutive grid plans, non-dominated, with tangent bounds."""
+#: Orders in which the final :func:`_densify` of a curve switches tasks between neighbouring
+#: grid plans (the start order: a prefix speeds up the schedule's early part as a whole;
+#: measured on 8x32 1F1B vs lowtime: 3 -> 0 deadlines where lowtime is cheaper, mean saving
+#: 0.37 -> 0.42 %). Placing refined deadlines uses the Δcost/Δtime order only.
+DENSIFY_ORDERS: tuple[str, ...] = ("ratio", "start")
+
+
+def _densify(problem: Problem, fast_res,
+             orders: tuple[str, ...] = ("ratio",)) -> tuple[tuple[float, float, float], ...]:
+    """Interpolated plans between consecutive grid plans (switching tasks in each of
+    ``orders``, see :func:`interpolate`), non-dominated, with tangent bounds."""
     tangents = np.array([(D, r.lp_bound_j, r.slope_j_per_s) for D, r in fast_res])
     mks, es = [], []
     for (_, a), (_, b) in zip(fast_res, fast_res[1:]):
-        _, mk, e = interpolate(problem, a.choice, b.choice)
-        mks.append(mk)
-        es.append(e)
+        for order in orders:
+            _, mk, e = interpolate(problem, a.choice, b.choice, order=order)
+            mks.append(mk)
+            es.append(e)
     ix = problem.index
     grid_mk = np.array([ix.makespan(r.choice) for _, r in fast_res])
     grid_e = np.array([r.energy_j for _, r in fast_res])

@@ -191,6 +191,23 @@ def test_dense_curve_is_consistent():
     assert all(c.energy_at(pl.deadline_s) <= pl.energy_j + 1e-9 for pl in c.plans)
 
 
+@pytest.mark.parametrize("order", ["ratio", "start"])
+def test_interpolate_prefixes_run_from_slow_to_fast(order):
+    from solvers.relax import interpolate
+
+    p = load_perseus_profile(EXAMPLE, n_microbatches=4)
+    ix = p.index
+    fast = ix.fastest_choice()
+    slow = np.array([int(np.argmin(c)) for c in ix.cost])
+    ch, mk, e = interpolate(p, fast, slow, order=order)
+    assert np.array_equal(ch[0], slow) and np.array_equal(ch[-1], fast)
+    assert len(ch) == int((fast != slow).sum()) + 1
+    for row, m, x in zip(ch, mk, e):
+        assert m == pytest.approx(ix.makespan(row)) and x == pytest.approx(ix.objective(row))
+    with pytest.raises(ValueError):
+        interpolate(p, fast, slow, order="nope")
+
+
 def test_hull_lp_warm_highs_and_linprog_agree():
     from solvers.relax import HullLP
 
