@@ -45,8 +45,8 @@ Run the tests (what CI runs, `.ci/run`):
 python3 -m venv .venv && . .venv/bin/activate && pip install -e ".[test]" && python -m pytest
 ```
 
-Optional extras: `.[highs]` (HiGHS MILP/LP solver: faster, proves optimality more often than
-the bundled CBC), `.[torch]` (SM allocation on a real GPU through CUDA green contexts),
+Optional extras: `.[highs]` (HiGHS: warm LP re-solves make the fast method ~5× faster, and
+it is the MILP back end where PuLP bundles no CBC), `.[torch]` (SM allocation on a real GPU through CUDA green contexts),
 `.[bench]` (lowtime 0.3.0, Perseus's solver, for `experiments/bench_solvers.py`).
 Python ≥ 3.10.
 
@@ -73,7 +73,7 @@ $ ecal demo
 The plan saves energy by slowing the stages that have slack (pipeline bubbles make the
 non-critical stages cheap to slow down) and by giving the P2P send just enough SMs to stay off
 the critical path. With CBC the MILP stops at the demo's 10 s limit and the report states the
-gap it proved; with `pip install -e ".[highs]"` it closes faster.
+gap it proved.
 
 ## Command line
 

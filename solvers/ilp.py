@@ -22,7 +22,13 @@ import numpy as np
 
 from .model import Problem, SolverUnavailableError
 
-_PREFERENCE = ("HiGHS", "PULP_CBC_CMD", "COIN_CMD", "HiGHS_CMD")
+# CBC first: PuLP 3.3.2's in-process HiGHS (highspy 1.16) was seen to answer "not solved" and
+# then fail every later solve in the same process; HiGHS is used where CBC is absent (PuLP 4).
+_PREFERENCE = ("PULP_CBC_CMD", "COIN_CMD", "HiGHS", "HiGHS_CMD")
+
+
+#: MIP starts through PuLP are off: both bundled back ends misbehaved with them (see solve_ilp).
+MIP_STARTS_ENABLED = False
 
 
 def available_solvers() -> list[str]:
@@ -35,7 +41,7 @@ def available_solvers() -> list[str]:
 
 def make_solver(name: str | None = None, time_limit_s: float | None = None, gap_rel: float = 0.0,
                 threads: int = 1, warm_start: bool = False):
-    """A PuLP solver object: ``name`` or the first available (HiGHS, CBC)."""
+    """A PuLP solver object: ``name`` or the first available (CBC, then HiGHS)."""
     import pulp
 
     avail = available_solvers()
@@ -210,11 +216,13 @@ def solve_ilp(p: Problem, deadline_s: float, time_limit_s: float | None = 60.0, 
             prob += M >= S[v] + dur[v], f"m_{v}"
     prob += pulp.lpSum(obj)
     # Warm start: CBC's MIP start was seen to come back as an "optimal" solution violating
-    # the deadline (PuLP 3.3.2), so it is used only with HiGHS; the caller keeps the heuristic
-    # plan as a fallback anyway and every returned plan is re-checked below.
+    # the deadline (PuLP 3.3.2), and a warm-started HiGHS solve (highspy 1.16 through PuLP
+    # 3.3.2) returned "not solved" and left every later HiGHS solve in the process "not
+    # solved". So MIP starts stay off (MIP_STARTS_ENABLED); the caller keeps the heuristic
+    # plan as a fallback and its bound, and every returned plan is re-checked below.
     use_warm = False
     name = solver or (available_solvers() or [None])[0]
-    if warm_start is not None and name == "HiGHS" and all(int(warm_start[v]) in x[v] for v in range(ix.n)):
+    if MIP_STARTS_ENABLED and warm_start is not None and name == "HiGHS" and all(int(warm_start[v]) in x[v] for v in range(ix.n)):
         st, _, mk = ix.schedule(warm_start)
         if mk <= deadline_s * (1 + 1e-12):
             for v in range(ix.n):
