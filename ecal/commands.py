@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from frontier.errors import EnergyCalculusError
 
@@ -20,8 +22,17 @@ class UsageError(EnergyCalculusError):
     """A bad command-line value (reported as a one-line error, exit code 2)."""
 
 
-def _stem(path: str) -> str:
-    return Path(path).stem
+def _finish(args: argparse.Namespace, out: Outputs, doc: Callable[[], Any],
+            text: Callable[[], str]) -> int:
+    """Print the result (``doc()`` as JSON with ``--json``, else ``text()``), then write the
+    staged files — only after everything succeeded — and say where they went (stderr)."""
+    if args.json:
+        dump_json(doc())
+    else:
+        print(text())
+    for p in out.commit():
+        print(f"wrote {p}", file=sys.stderr)
+    return 0
 
 
 def element_of(key: str) -> str:
@@ -98,15 +109,9 @@ def cmd_frontier(args: argparse.Namespace) -> int:
             raise UsageError(f"{args.file}: has {len(fronts)} elements; pick one to plot with --element")
         el = next(iter(fronts))
         out.figure(args.plot, plot_frontier(groups[el], title=f"{el}: achievable set and frontier"))
-    if args.json:
-        dump_json({el: f.to_dict() for el, f in fronts.items()})
-    else:
-        for el, f in fronts.items():
-            print(f"{el}: {len(f)} frontier point(s) of {len(groups[el])} measured ({args.criterion})")
-            print(f.to_table())
-    for p in out.commit():
-        print(f"wrote {p}", file=sys.stderr)
-    return 0
+    return _finish(args, out, lambda: {el: f.to_dict() for el, f in fronts.items()},
+                   lambda: "\n".join(f"{el}: {len(f)} frontier point(s) of {len(groups[el])} measured "
+                                     f"({args.criterion})\n{f.to_table()}" for el, f in fronts.items()))
 
 
 # -- characterize ------------------------------------------------------------------------------
@@ -140,16 +145,10 @@ def cmd_characterize(args: argparse.Namespace) -> int:
 
         out.figure(args.plot, plot_frontier(list(res.signatures),
                                             title=f"{res.element} on {where}: achievable set and frontier"))
-    if args.json:
-        dump_json(res.to_dict())
-    else:
-        print(f"{res.element} on {where}: {len(res.signatures)} point(s) measured, "
-              f"{len(res.frontier_signatures())} on the (T, E) frontier")
-        if res.frontier is not None:
-            print(res.frontier.to_table())
-    for p in out.commit():
-        print(f"wrote {p}", file=sys.stderr)
-    return 0
+    head = (f"{res.element} on {where}: {len(res.signatures)} point(s) measured, "
+            f"{len(res.frontier_signatures())} on the (T, E) frontier")
+    return _finish(args, out, res.to_dict,
+                   lambda: head if res.frontier is None else f"{head}\n{res.frontier.to_table()}")
 
 
 # -- import ------------------------------------------------------------------------------------
@@ -177,17 +176,12 @@ def cmd_import(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.path}: no measurements found")
     out = Outputs()
     out.custom(args.output, lambda tmp: save_signatures(tmp, keyed))
-    if args.json:
-        dump_json({"elements": {el: len(v) for el, v in groups.items()}, "output": args.output})
-    else:
-        print(f"{args.kind}: {len(groups)} element(s), {len(keyed)} signature(s)")
-        for el, sigs in sorted(groups.items())[:20]:
-            print(f"  {el}: {len(sigs)} operating point(s)")
-        if len(groups) > 20:
-            print(f"  ... {len(groups) - 20} more")
-    for p in out.commit():
-        print(f"wrote {p}", file=sys.stderr)
-    return 0
+    lines = [f"{args.kind}: {len(groups)} element(s), {len(keyed)} signature(s)"]
+    lines += [f"  {el}: {len(sigs)} operating point(s)" for el, sigs in sorted(groups.items())[:20]]
+    if len(groups) > 20:
+        lines.append(f"  ... {len(groups) - 20} more")
+    return _finish(args, out, lambda: {"elements": {el: len(v) for el, v in groups.items()},
+                                       "output": args.output}, lambda: "\n".join(lines))
 
 
 # -- demo --------------------------------------------------------------------------------------
@@ -263,13 +257,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         from solvers.plot import plot_timeline
 
         out.custom(args.plot, lambda tmp: plot_timeline(plan, tmp))
-    if args.json:
-        dump_json(plan.to_dict())
-    else:
-        print(plan.summary())
-    for p in out.commit():
-        print(f"wrote {p}", file=sys.stderr)
-    return 0
+    return _finish(args, out, plan.to_dict, plan.summary)
 
 
 def cmd_pareto(args: argparse.Namespace) -> int:
@@ -288,10 +276,4 @@ def cmd_pareto(args: argparse.Namespace) -> int:
         from solvers.plot import plot_pareto
 
         out.custom(args.plot, lambda tmp: plot_pareto(curve, tmp))
-    if args.json:
-        dump_json(curve.to_dict())
-    else:
-        print(curve.summary())
-    for p in out.commit():
-        print(f"wrote {p}", file=sys.stderr)
-    return 0
+    return _finish(args, out, curve.to_dict, curve.summary)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,32 +80,6 @@ def _json_default(o: Any) -> Any:
     if isinstance(o, Path):
         return str(o)
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], file=None) -> str:
-    """Render a plain-text table with right-aligned numeric columns; print it if ``file``."""
-    cells = [[str(h) for h in headers]] + [[_fmt(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = []
-    for j, r in enumerate(cells):
-        lines.append("  ".join(c.rjust(w) if j and _numeric(c) else c.ljust(w)
-                               for c, w in zip(r, widths)).rstrip())
-        if j == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    out = "\n".join(lines)
-    if file is not None:
-        print(out, file=file)
-    return out
-
-
-def _fmt(c: Any) -> str:
-    if isinstance(c, float):
-        return f"{c:.4g}"
-    return str(c)
-
-
-def _numeric(s: str) -> bool:
-    return bool(s) and (s[0].isdigit() or (s[0] in "+-." and len(s) > 1))
 
 
 def dump_json(obj: Any, file=sys.stdout) -> None:
