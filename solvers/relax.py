@@ -19,6 +19,8 @@
 from __future__ import annotations
 
 import math
+import os
+import sys
 import time
 from dataclasses import dataclass
 
@@ -27,6 +29,23 @@ from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
 
 from .model import Problem
+
+
+def _quiet_highs(highspy):
+    """A ``highspy.Highs`` with logging off. Its constructor prints a banner on the C-level
+    stdout before any option can be set, which would corrupt ``ecal ... --json`` output, so
+    file descriptor 1 is pointed at /dev/null while it is built."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 1)
+            h = highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    h.setOptionValue("output_flag", False)
+    return h
 
 
 def lower_hull(t: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -134,8 +153,7 @@ class HullLP:
         lp.a_matrix_.start_ = A.indptr
         lp.a_matrix_.index_ = A.indices
         lp.a_matrix_.value_ = A.data
-        h = highspy.Highs()
-        h.setOptionValue("output_flag", False)
+        h = _quiet_highs(highspy)
         h.passModel(lp)
         self._h = (h, highspy)
         return self._h

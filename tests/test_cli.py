@@ -167,3 +167,11 @@ def test_demo_command_runs(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "SIMULATED H200" in r.stdout and "saved" in r.stdout
     assert (tmp_path / "d" / "plan.json").exists()
+
+
+def test_plan_json_is_pure_json(tmp_path):
+    # nothing else may reach stdout (e.g. a solver library's banner) when --json is asked for
+    r = ecal("plan", PIPE, "--deadline", "1.05x", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["makespan_s"] <= doc["deadline_s"] * (1 + 1e-9)
