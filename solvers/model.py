@@ -509,35 +509,56 @@ class _Index:
         """Index of each task's fastest option (cheapest among ties)."""
         return np.array([int(np.lexsort((c, t))[0]) for t, c in zip(self.time, self.cost)])
 
+    def _flat(self):
+        """Option times flattened with per-task offsets, and the switch matrices grouped by
+        identity (1F1B shares one matrix per device), for vectorised lookups."""
+        fl = self.__dict__.get("_flat_cache")
+        if fl is None:
+            off = np.zeros(self.n + 1, dtype=int)
+            np.cumsum(self.k, out=off[1:])
+            tflat = np.concatenate(self.time) if self.n else np.zeros(0)
+            groups: dict[int, tuple[np.ndarray, list[int]]] = {}
+            for b in range(self.n):
+                m = self.tau[b]
+                if m is not None:
+                    groups.setdefault(id(m), (m, []))[1].append(b)
+            prev = np.array(self.dev_prev, dtype=int)
+            tau_groups = [(m, np.array(bs), prev[np.array(bs)]) for m, bs in groups.values()]
+            fl = self.__dict__["_flat_cache"] = (off[:-1], tflat, tau_groups)
+        return fl
+
     def durations(self, choice: Sequence[int]) -> np.ndarray:
         """Duration of each task under ``choice``."""
-        return np.array([self.time[i][choice[i]] for i in range(self.n)])
+        off, tflat, _ = self._flat()
+        return tflat[off + np.asarray(choice, dtype=int)]
 
     def switch_tau(self, choice: Sequence[int]) -> np.ndarray:
         """Switch latency before each task (0 when none)."""
         out = np.zeros(self.n)
-        for b in range(self.n):
-            if self.tau[b] is not None:
-                out[b] = self.tau[b][choice[self.dev_prev[b]], choice[b]]
+        ch = np.asarray(choice, dtype=int)
+        for m, bs, prev in self._flat()[2]:
+            out[bs] = m[ch[prev], ch[bs]]
         return out
 
     def schedule(self, choice: Sequence[int]) -> tuple[np.ndarray, np.ndarray, float]:
         """Earliest start and end of each task and the makespan (ASAP list schedule)."""
-        dur = self.durations(choice)
-        tau = self.switch_tau(choice)
-        start = np.zeros(self.n)
-        end = np.zeros(self.n)
+        # Python floats and lists: scalar numpy indexing would dominate this loop.
+        dur = self.durations(choice).tolist()
+        tau = self.switch_tau(choice).tolist()
+        start = [0.0] * self.n
+        end = [0.0] * self.n
+        preds, dev_prev = self.preds, self.dev_prev
         for v in self.order:
             s = 0.0
-            for u in self.preds[v]:
+            for u in preds[v]:
                 if end[u] > s:
                     s = end[u]
-            u = self.dev_prev[v]
+            u = dev_prev[v]
             if u >= 0 and end[u] + tau[v] > s:
                 s = end[u] + tau[v]
             start[v] = s
             end[v] = s + dur[v]
-        return start, end, float(end.max()) if self.n else 0.0
+        return np.array(start), np.array(end), max(end) if self.n else 0.0
 
     def batch_makespan(self, dur: np.ndarray) -> np.ndarray:
         """Makespans of many plans at once (rows of task durations; no switch latencies),
@@ -569,22 +590,23 @@ class _Index:
 
     def latest(self, choice: Sequence[int], horizon_s: float) -> np.ndarray:
         """Latest finish of each task so that everything ends by ``horizon_s``."""
-        dur = self.durations(choice)
-        tau = self.switch_tau(choice)
-        lf = np.full(self.n, float(horizon_s))
+        dur = self.durations(choice).tolist()
+        tau = self.switch_tau(choice).tolist()
+        lf = [float(horizon_s)] * self.n
+        succs, dev_next = self.succs, self.dev_next
         for v in reversed(self.order):
             f = lf[v]
-            for w in self.succs[v]:
+            for w in succs[v]:
                 x = lf[w] - dur[w]
                 if x < f:
                     f = x
-            w = self.dev_next[v]
+            w = dev_next[v]
             if w >= 0:
                 x = lf[w] - dur[w] - tau[w]
                 if x < f:
                     f = x
             lf[v] = f
-        return lf
+        return np.array(lf)
 
     def switch_extra(self, choice: Sequence[int]) -> tuple[float, int]:
         """Σ extra switch energy beyond idle power, and the number of ω_dev switches."""

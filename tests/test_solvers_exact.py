@@ -164,15 +164,15 @@ def test_ilp_time_limit_reports_bound_not_optimal():
 
 
 @pytest.mark.parametrize("seed", range(10))
-def test_polish_devices_keeps_deadline_and_never_worsens(seed):
-    from solvers.relax import polish_devices
+def test_polish_keeps_deadline_and_never_worsens(seed):
+    from solvers.lns import polish
 
     rng = np.random.default_rng(500 + seed)
     p = random_dag(rng, int(rng.integers(5, 9)), int(rng.integers(2, 4)), int(rng.integers(1, 4)), TR)
     D = p.fastest_makespan_s() * rng.uniform(1.0, 1.5)
     _, e_opt = brute_force(p, D)
     start = solve_fast(p, D, polish_s=0.0).choice
-    ch = polish_devices(p, start, D, budget_s=5.0)
+    ch = polish(p, start, D, budget_s=5.0)
     ix = p.index
     assert ix.makespan(ch) <= D * (1 + 1e-9)
     assert ix.objective(ch) <= ix.objective(start) * (1 + 1e-12)

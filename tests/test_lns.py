@@ -1,0 +1,135 @@
+"""Path re-planning (solvers.lns): windows, the chain DP against brute force, dependency paths,
+and the iterated search never losing feasibility or energy."""
+
+import itertools
+
+import numpy as np
+import pytest
+from test_solvers_exact import TR, random_dag
+
+from solvers import ConstantTransition, one_f_one_b
+from solvers.lns import chain_dp, dependency_paths, iterated_polish, neighbourhoods, path_window
+from solvers.relax import solve_fast
+
+
+def _opts(scale):
+    return [dict(time_s=scale * t, energy_j=scale * e, s_w=10.0, sm_clock_mhz=c)
+            for t, e, c in ((1.0, 30.0, 1980), (1.2, 26.0, 1600), (1.5, 24.0, 1200))]
+
+
+def pipeline(tr=TR, stages=3, mb=4):
+    return one_f_one_b(stages, mb, lambda s, i: _opts((1 + 0.1 * s) * (2 if i == "backward" else 1)),
+                       10.0, tr)
+
+
+def test_dependency_paths_cover_1f1b_microbatches():
+    p = pipeline()
+    ix = p.index
+    paths = dependency_paths(p)
+    names = [[ix.names[v] for v in q] for q in paths]
+    # a microbatch's forwards down the stages, the last stage's backward, backwards back up
+    # (then on along device order while that keeps the path valid)
+    first = next(q for q in names if q[0] == "s0/forward/0")
+    assert first[:6] == ["s0/forward/0", "s1/forward/0", "s2/forward/0", "s2/backward/0",
+                         "s1/backward/0", "s0/backward/0"]
+    covered = sorted(v for q in paths for v in q)
+    assert covered == sorted(set(covered))                 # disjoint
+    assert len(covered) == ix.n
+    assert len(neighbourhoods(p)) == len(paths) + 3        # + one chain per device
+
+
+def _brute_path(p, path, ch, S, dur, D):
+    """Cheapest feasible option sequence for ``path`` with everything else fixed, by enumeration."""
+    ix = p.index
+    best, arg = np.inf, None
+    for combo in itertools.product(*(range(ix.k[v]) for v in path)):
+        new = ch.copy()
+        new[path] = combo
+        d = ix.durations(new)
+        tau = ix.switch_tau(new)
+        st = S.copy()
+        ok = True
+        # path tasks as early as possible, in path order; fixed tasks stay at S
+        for v in path:
+            s = 0.0
+            for u in ix.preds[v]:
+                s = max(s, st[u] + d[u])
+            u = ix.dev_prev[v]
+            if u >= 0:
+                s = max(s, st[u] + d[u] + tau[v])
+            st[v] = s
+        for v in range(ix.n):
+            for u in ix.preds[v]:
+                ok &= st[v] >= st[u] + d[u] - 1e-12
+            u = ix.dev_prev[v]
+            if u >= 0:
+                ok &= st[v] >= st[u] + d[u] + tau[v] - 1e-12
+            ok &= st[v] + d[v] <= D + 1e-12
+        if not ok:
+            continue
+        c = sum(ix.cost[v][new[v]] for v in range(ix.n)) + ix.switch_extra(new)[0]
+        if c < best - 1e-12:
+            best, arg = c, np.array(combo)
+    return best, arg
+
+
+@pytest.mark.parametrize("which", [0, 2, 3])
+@pytest.mark.parametrize("alpha", [0.0, 0.5, 1.0])
+def test_chain_dp_matches_brute_force_on_a_window(which, alpha):
+    p = pipeline(mb=2)
+    ix = p.index
+    D = p.fastest_makespan_s() * 1.3
+    ch = solve_fast(p, D, polish_s=0.0).choice
+    start, end, _ = ix.schedule(ch)
+    dur = end - start
+    S = alpha * start + (1 - alpha) * (ix.latest(ch, D) - dur)
+    path = neighbourhoods(p)[which]
+    assert len(path) <= 8
+    best, arg = _brute_path(p, path, ch, S, dur, D)
+    got = chain_dp(path_window(p, path, ch, S, dur, D, tol_s=1e-12 * D), cap=10**6, gcap=10**6)
+    assert arg is not None and got is not None
+    new = ch.copy()
+    new[path] = got
+    cost = lambda c: sum(ix.cost[v][c[v]] for v in range(ix.n)) + ix.switch_extra(c)[0]  # noqa: E731
+    assert cost(new) == pytest.approx(best, rel=1e-12, abs=1e-9)
+    assert ix.makespan(new) <= D * (1 + 1e-9)
+
+
+def test_path_window_rejects_split_device_neighbours():
+    p = pipeline()
+    ix = p.index
+    seq = ix.dev_seq["stage0"]
+    other = ix.dev_seq["stage1"][0]
+    ch = ix.fastest_choice()
+    start, end, _ = ix.schedule(ch)
+    with pytest.raises(ValueError, match="device neighbour"):
+        path_window(p, [seq[0], other, seq[1]], ch, start, end - start, 100.0)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_iterated_polish_keeps_deadline_never_worsens_and_is_reproducible(seed):
+    rng = np.random.default_rng(900 + seed)
+    p = random_dag(rng, int(rng.integers(6, 10)), 3, int(rng.integers(2, 4)), ConstantTransition(0.1, 2.0))
+    D = p.fastest_makespan_s() * rng.uniform(1.05, 1.5)
+    start = solve_fast(p, D, polish_s=0.0).choice
+    ix = p.index
+    a = iterated_polish(p, start, D, budget_s=0.3, seed=seed)
+    assert ix.makespan(a) <= D * (1 + 1e-9)
+    assert ix.objective(a) <= ix.objective(start) * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("share", [0.2, 1.0])
+def test_surrogate_duals_give_a_valid_bound(seed, share):
+    from solvers.brute import brute_force
+    from solvers.relax import HullLP, lagrangian_bound, switch_surrogate_duals
+
+    rng = np.random.default_rng(1200 + seed)
+    p = random_dag(rng, int(rng.integers(4, 8)), 3, int(rng.integers(1, 3)), ConstantTransition(0.3, 3.0))
+    D = p.fastest_makespan_s() * rng.uniform(1.0, 1.4)
+    _, e_opt = brute_force(p, D)
+    lp = HullLP(p)
+    mu = switch_surrogate_duals(p, lp, D, share)
+    if mu is None:
+        pytest.skip("surrogate LP infeasible at this deadline")
+    assert lagrangian_bound(p, lp, mu, D)[0] <= e_opt * (1 + 1e-9)
