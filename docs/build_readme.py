@@ -90,7 +90,7 @@ and problem — and no output file is written), `130` interrupted (devices resto
 | `ecal frontier FILE` | Pareto frontier of each element in a signature file (`--criterion TE/Td/Tsd`), plot |
 | `ecal compose FILE` | predicted T and E ± σ and the Eq. 13 bias bound of compositions in a workbook |
 | `ecal check FILE` | Eq. 23: do measured composites agree with their predictions? |
-| `ecal plan WORKLOAD --deadline 1.05x` | minimum-energy operating point per task, with switching costs and a proven gap |
+| `ecal plan WORKLOAD --deadline 1.05x` | minimum-energy operating point per task, with switching costs and a proven gap (`--method auto/dp/ilp/fast`; `--time-limit-s`: the MILP's limit, or how long the fast method improves a plan with switch costs, by default 8 ms per task up to 16 s) |
 | `ecal pareto WORKLOAD` | the energy-vs-deadline curve, a plan and a gap per point |
 | `ecal import KIND PATH` | signatures from published data: `h200`, `nv-dvfs`, `zeus-trace`, `zeus-log`, `perseus` |
 | `ecal demo` | all of the above on the simulated H200 |

@@ -7,6 +7,7 @@ after all work succeeded, so a failing command leaves no partial file.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections import defaultdict
 from collections.abc import Callable
@@ -239,12 +240,24 @@ def _parse_deadline(text: str) -> float | str:
     return t if t.endswith("x") else v
 
 
+def _check_time_limit(args: argparse.Namespace) -> None:
+    """``--time-limit-s`` must be a positive number of seconds."""
+    t = args.time_limit_s
+    if t is not None and not (t > 0 and math.isfinite(t)):
+        raise UsageError(f"--time-limit-s must be a positive number of seconds, got {t}")
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     """``ecal plan WORKLOAD --deadline 1.05x``: the minimum-energy plan and its certificate."""
     from solvers.solve import solve
 
     problem = _load_workload(args)
     deadline = _parse_deadline(args.deadline)
+    _check_time_limit(args)
+    if problem.n_tasks > 500 and not args.json:
+        # the fast method may spend seconds improving a large plan: say so before going quiet
+        print(f"planning {problem.n_tasks} tasks on {len(problem.index.dev_seq)} devices ...",
+              file=sys.stderr, flush=True)
     plan = solve(problem, deadline, method=args.method, time_limit_s=args.time_limit_s)
     out = Outputs()
     if args.output:
@@ -265,6 +278,7 @@ def cmd_pareto(args: argparse.Namespace) -> int:
     from solvers.solve import pareto
 
     problem = _load_workload(args)
+    _check_time_limit(args)
     kw = {} if args.points is None else {"n_points": args.points}
     if args.points is not None and args.points < 2:
         raise UsageError(f"--points must be >= 2, got {args.points}")

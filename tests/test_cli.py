@@ -175,3 +175,18 @@ def test_plan_json_is_pure_json(tmp_path):
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["makespan_s"] <= doc["deadline_s"] * (1 + 1e-9)
+
+
+def test_bad_time_limit(tmp_path):
+    one_line_error(ecal("plan", PIPE, "--deadline", "1.05x", "--time-limit-s", "-1", cwd=tmp_path),
+                   "--time-limit-s")
+
+
+def test_fast_plan_with_switches_honours_time_limit(tmp_path):
+    # with switch costs the fast method improves the plan for --time-limit-s seconds
+    r = ecal("plan", PIPE, "--deadline", "1.1x", "--method", "fast", "--transition-time-s", "0.001",
+             "--time-limit-s", "0.2", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["method"] == "fast" and doc["wall_s"] < 5.0
+    assert doc["makespan_s"] <= doc["deadline_s"] * (1 + 1e-9)
