@@ -279,7 +279,8 @@ frontier/     the algebra: OperatingPoint, Signature, seq/par/par_multi/dag, dev
               prefix-scan localization, Pareto frontiers and their composition, transitions,
               file formats (frontier/io.py documents them), plots
 solvers/      Problem/Plan, chain and series-parallel DP, MILP (PuLP: CBC or HiGHS), fast
-              hull-LP/Lagrangian method, pareto sweeps, 1F1B builder, Perseus import
+              hull-LP/Lagrangian method, path re-planning search for switch costs (lns.py),
+              pareto sweeps, 1F1B builder, Perseus import
 measure/      Device interface, NVML device, simulated H200, replay of recorded tables,
               green-context SM allocation, protocol, resumable sweeps, PlanApplier
 ecal/         the command line and the demo; ecal/examples/ bundled inputs
