@@ -646,7 +646,10 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
         plans = [ix.fastest_choice()]
     if polish_s > 0 and ix.has_transitions:
         plans = _improve(p, plans, deadline_s, time.perf_counter() + polish_s)
-    energies = [ix.objective(c) for c in plans]
+    # every candidate is re-checked: the cheapest plan that meets the deadline is returned
+    energies = [ix.objective(c) if ix.makespan(c) <= deadline_s * (1 + 1e-9) else math.inf for c in plans]
+    if not np.isfinite(min(energies)):
+        plans, energies = [ix.fastest_choice()], [ix.objective(ix.fastest_choice())]
     k = int(np.argmin(energies))
     best_ch, best_e = plans[k], energies[k]
     return FastResult(best_ch, float(best_e), float(min(bound, best_e)), res.bound_j, res.slope_j_per_s)
