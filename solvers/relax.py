@@ -531,8 +531,8 @@ def relax(p: Problem, choice: np.ndarray, horizon_s: float) -> np.ndarray:
     return ch
 
 
-#: Extra roundings tried (LP time × (1 + slack), then crash): measured on 1F1B profiles they
-#: find cheaper plans than rounding every task down to the faster hull vertex.
+#: Extra roundings tried without switch costs (LP time × (1 + slack), then crash): measured on
+#: 1F1B profiles they find cheaper plans than rounding every task down to the faster hull vertex.
 ROUNDING_SLACKS: tuple[float, ...] = (0.005,)
 
 
@@ -614,7 +614,8 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
                slacks: tuple[float, ...] | None = None, polish_s: float | None = None) -> FastResult:
     """LP/Lagrangian bound plus rounded-and-repaired plan at ``deadline_s``.
 
-    With switch costs, feasible starts that need no crash (:func:`_switch_starts`) are
+    Without switch costs the LP rounding and its ``slacks`` variants (default
+    ``ROUNDING_SLACKS``) are crashed to the deadline and relaxed. With switch costs, feasible starts that need no crash (:func:`_switch_starts`) are
     re-planned path by path and the best is improved by iterated kicks
     (:mod:`solvers.lns`) for up to ``polish_s`` seconds in all (default
     ``POLISH_S_PER_TASK`` per task, at most ``POLISH_S``; 0 turns it off, as curves do);
