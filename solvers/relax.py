@@ -162,6 +162,16 @@ class HullLP:
         self._h = (h, highspy)
         return self._h
 
+    def linprog(self, deadline_s: float, row_latency_s: np.ndarray | None = None):
+        """A cold ``scipy.optimize.linprog`` solve at ``deadline_s`` (M ≤ D), every precedence
+        row optionally tightened by ``row_latency_s`` (S_u + T_u + latency ≤ S_w)."""
+        n = self.p.index.n
+        m = self.A_ub.shape[0]
+        b_ub = np.zeros(m) if row_latency_s is None else -np.asarray(row_latency_s, dtype=float)
+        bounds = [(0, None)] * n + [(0, deadline_s)] + [(0, 1)] * (self.ncol - n - 1)
+        return linprog(self.c, A_ub=self.A_ub, b_ub=b_ub, A_eq=self.A_eq, b_eq=np.ones(n),
+                       bounds=bounds, method="highs")
+
     def solve(self, deadline_s: float) -> LPResult:
         """Solve at ``deadline_s`` (M ≤ D)."""
         n = self.p.index.n
@@ -181,9 +191,7 @@ class HullLP:
                 return LPResult(float(h.getInfo().objective_function_value), times, float(x[n]),
                                 np.maximum(duals, 0.0), min(slope, 0.0))
             self._h = None                      # fall back to a cold linprog solve
-        bounds = [(0, None)] * n + [(0, deadline_s)] + [(0, 1)] * (self.ncol - n - 1)
-        res = linprog(self.c, A_ub=self.A_ub, b_ub=np.zeros(self.A_ub.shape[0]), A_eq=self.A_eq,
-                      b_eq=np.ones(n), bounds=bounds, method="highs")
+        res = self.linprog(deadline_s)
         if res.status != 0:
             raise RuntimeError(f"hull LP at D={deadline_s}: {res.message}")
         x = res.x
@@ -202,7 +210,6 @@ def switch_surrogate_duals(p: Problem, lp: HullLP, deadline_s: float, share: flo
     the bound by 0.05–0.08 % over the plain LP duals (8x32: 0.07 %, where the exact LP with
     switches is 0.125 % above them)."""
     ix = p.index
-    n = ix.n
     lat = np.zeros(len(lp.rows))
     for k, (u, w) in enumerate(lp.rows):
         if w >= 0 and ix.dev_prev[w] == u and ix.tau[w] is not None:
@@ -210,9 +217,7 @@ def switch_surrogate_duals(p: Problem, lp: HullLP, deadline_s: float, share: flo
             lat[k] = share * float(pos.min()) if pos.size else 0.0
     if not lat.any():
         return None
-    bounds = [(0, None)] * n + [(0, deadline_s)] + [(0, 1)] * (lp.ncol - n - 1)
-    res = linprog(lp.c, A_ub=lp.A_ub, b_ub=-lat, A_eq=lp.A_eq, b_eq=np.ones(n), bounds=bounds,
-                  method="highs")
+    res = lp.linprog(deadline_s, lat)
     if res.status != 0:
         return None
     return np.maximum(-np.asarray(res.ineqlin.marginals), 0.0)
@@ -461,16 +466,11 @@ def _local_vec(ix, v: int, ch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return t, c
 
 
-def crash(p: Problem, choice: np.ndarray, deadline_s: float, max_iter: int = 20_000,
-          budget_s: float = math.inf) -> np.ndarray | None:
-    """Speed up critical tasks (least Δcost per second gained) until the makespan ≤ deadline;
-    None when that fails or takes more than ``budget_s`` seconds."""
+def crash(p: Problem, choice: np.ndarray, deadline_s: float, max_iter: int = 20_000) -> np.ndarray | None:
+    """Speed up critical tasks (least Δcost per second gained) until the makespan ≤ deadline."""
     ix = p.index
     ch = choice.copy()
-    t_end = time.perf_counter() + budget_s
     for _ in range(max_iter):
-        if time.perf_counter() > t_end:
-            return None
         start, end, mk = ix.schedule(ch)
         if mk <= deadline_s * (1 + 1e-12):
             return ch
@@ -588,12 +588,11 @@ POLISH_S = 16.0
 POLISH_S_PER_TASK = 0.008
 
 
-def _repaired(p: Problem, ch: np.ndarray, deadline_s: float, horizons: list[float],
-              crash_s: float) -> np.ndarray | None:
+def _repaired(p: Problem, ch: np.ndarray, deadline_s: float, horizons: list[float]) -> np.ndarray | None:
     """``ch`` made feasible (:func:`crash`) and relaxed; the cheapest over ``horizons``."""
     ix = p.index
     if ix.makespan(ch) > deadline_s * (1 + 1e-12):
-        ch = crash(p, ch, deadline_s, budget_s=crash_s)
+        ch = crash(p, ch, deadline_s)
         if ch is None:
             return None
     best, best_e = None, math.inf
@@ -615,11 +614,12 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
     """LP/Lagrangian bound plus rounded-and-repaired plan at ``deadline_s``.
 
     Without switch costs the LP rounding and its ``slacks`` variants (default
-    ``ROUNDING_SLACKS``) are crashed to the deadline and relaxed. With switch costs, feasible starts that need no crash (:func:`_switch_starts`) are
-    re-planned path by path and the best is improved by iterated kicks
-    (:mod:`solvers.lns`) for up to ``polish_s`` seconds in all (default
-    ``POLISH_S_PER_TASK`` per task, at most ``POLISH_S``; 0 turns it off, as curves do);
-    when polishing, the bound also tries the duals of :func:`switch_surrogate_duals`."""
+    ``ROUNDING_SLACKS``) are crashed to the deadline and relaxed. With switch costs, feasible
+    starts that need no crash (:func:`_switch_starts`) are re-planned path by path and the
+    best is improved by iterated kicks (:mod:`solvers.lns`) for up to ``polish_s`` seconds in
+    all (default ``POLISH_S_PER_TASK`` per task, at most ``POLISH_S``; 0 turns it off, as
+    curves do); when polishing, the bound also tries the duals of
+    :func:`switch_surrogate_duals`."""
     ix = p.index
     lp = lp or HullLP(p)
     res = lp.solve(deadline_s)
@@ -639,7 +639,7 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
     horizons = [res.makespan_s, deadline_s]
     if not ix.has_transitions:
         cands = [round_lp(p, res.time_s)] + [round_lp(p, res.time_s, x) for x in slacks]
-        plans = [c for c in (_repaired(p, ch, deadline_s, horizons, math.inf) for ch in cands)
+        plans = [c for c in (_repaired(p, ch, deadline_s, horizons) for ch in cands)
                  if c is not None]
     else:
         plans = _switch_starts(p, fl, res, deadline_s, horizons)
@@ -650,7 +650,8 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
     # every candidate is re-checked: the cheapest plan that meets the deadline is returned
     energies = [ix.objective(c) if ix.makespan(c) <= deadline_s * (1 + 1e-9) else math.inf for c in plans]
     if not np.isfinite(min(energies)):
-        plans, energies = [ix.fastest_choice()], [ix.objective(ix.fastest_choice())]
+        fc = ix.fastest_choice()
+        plans, energies = [fc], [ix.objective(fc)]
     k = int(np.argmin(energies))
     best_ch, best_e = plans[k], energies[k]
     return FastResult(best_ch, float(best_e), float(min(bound, best_e)), res.bound_j, res.slope_j_per_s)
@@ -684,7 +685,7 @@ def _switch_starts(p: Problem, fl: Flow, res: LPResult, deadline_s: float,
     cands = [round_to_deadline(p, res.time_s, deadline_s), scaled_lagrangian_plan(p, fl, deadline_s),
              round_lp_switch_aware(p, res.time_s)]
     out = [ch for ch in cands if ch is not None and ix.makespan(ch) <= deadline_s * (1 + 1e-12)]
-    relaxed = [r for r in (_repaired(p, ch, deadline_s, horizons, 0.0) for ch in out) if r is not None]
+    relaxed = [r for r in (_repaired(p, ch, deadline_s, horizons) for ch in out) if r is not None]
     if relaxed:
         out.append(min(relaxed, key=ix.objective))
     uni = uniform_per_device(p, deadline_s)
