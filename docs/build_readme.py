@@ -152,7 +152,9 @@ $ ecal pareto ecal/examples/pipeline_4x8.csv --plot pareto.png -o pareto.json
 
 A 1 ms clock switch here is priced at the stage's blocking power; the plan holds a clock where
 switching does not pay. For 2,048-task pipelines with switch costs the fast method's proven
-gap is about 0.75 % (see the benchmark below); without switch costs it is ≤ 0.3 %.
+gap is about 0.75 % (see the benchmark below); without switch costs it is ≤ 0.3 %. With switch
+costs the fast method improves its plan for a wall-time budget (`--time-limit-s`), so two runs
+can end on plans a few hundredths of a percent apart; each comes with its own proven bound.
 
 ![Plan timeline](docs/plan.png)
 ![Energy vs deadline](docs/pareto.png)

@@ -62,7 +62,8 @@ def solve(problem: Problem, deadline: float | str, method: str = "auto",
 
     ``time_limit_s`` is the MILP's time limit (default 30 s) and, for ``method="fast"`` with
     switch costs, the time spent improving the plan (default 8 ms per task, at most 16 s:
-    more time, lower energy; see :func:`solvers.relax.solve_fast`).
+    more time, lower energy; see :func:`solvers.relax.solve_fast`). That search is bounded
+    by wall time, so repeated runs may return slightly different plans, each with its bound.
 
     Raises :class:`InfeasibleError` (with the fastest achievable makespan) when the deadline
     cannot be met, :class:`ProblemError` for an unknown method or a method that does not apply.
