@@ -105,7 +105,8 @@ work: a simulated kernel preset name (see --list), or module:function for a real
         p.add_argument("--transition-energy-j", type=float, default=0.0, help="energy to switch ω_dev, J")
         p.add_argument("--method", default="auto", help="auto, dp, ilp or fast")
         p.add_argument("--time-limit-s", type=float, default=None,
-                       help="MILP time limit; for the fast method with switch costs, its improvement time")
+                       help="MILP time limit; for the fast method with switch costs, the cap of its search "
+                            "(its work budget scales with it)")
         p.add_argument("-o", "--output", default=None, help="plan/curve file to write (JSON)")
         p.add_argument("--plot", default=None, help="timeline / curve plot to write (PNG)")
         _add_json(p)

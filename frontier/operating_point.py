@@ -62,6 +62,8 @@ class OperatingPoint:
     @property
     def dev(self) -> OperatingPoint:
         """The device-wide part ω_dev (``sm_count`` dropped)."""
+        if self.sm_count is None:
+            return self              # already device-wide (immutable): no new object per call
         return OperatingPoint(self.sm_clock_mhz, self.mem_clock_mhz, self.power_limit_w)
 
     def with_(self, **changes: Any) -> OperatingPoint:

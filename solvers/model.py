@@ -527,6 +527,45 @@ class _Index:
             fl = self.__dict__["_flat_cache"] = (off[:-1], tflat, tau_groups)
         return fl
 
+    def cost_flat(self) -> np.ndarray:
+        """Effective energies of all options, flattened like :meth:`_flat`'s times. Cached."""
+        c = self.__dict__.get("_cost_flat")
+        if c is None:
+            c = self.__dict__["_cost_flat"] = np.concatenate(self.cost) if self.n else np.zeros(0)
+        return c
+
+    def option_owner(self) -> np.ndarray:
+        """Task index of each flattened option. Cached."""
+        o = self.__dict__.get("_owner")
+        if o is None:
+            o = self.__dict__["_owner"] = np.repeat(np.arange(self.n), self.k)
+        return o
+
+    def switch_free_tasks(self) -> np.ndarray:
+        """Tasks on devices where no switch costs anything (sorted). Cached."""
+        fr = self.__dict__.get("_switch_free")
+        if fr is None:
+            fr = sorted(v for seq in self.dev_seq.values() if all(self.tau[u] is None for u in seq) for v in seq)
+            fr = self.__dict__["_switch_free"] = np.array(fr, dtype=int)
+        return fr
+
+    def stairs(self) -> list[tuple[list[float], list[int], list[float]]]:
+        """Per task, its option times ascending, and for each prefix the cheapest option
+        (effective energy) among those no slower: the cheapest option within a time limit is
+        one ``bisect`` away. Cached."""
+        st = self.__dict__.get("_stairs_cache")
+        if st is None:
+            st = []
+            for v in range(self.n):
+                o = np.argsort(self.time[v], kind="stable")
+                c = self.cost[v][o]
+                best = np.minimum.accumulate(c)
+                new_min = np.r_[True, c[1:] < best[:-1]]          # ties: the faster option
+                arg = o[np.maximum.accumulate(np.where(new_min, np.arange(len(o)), 0))]
+                st.append((self.time[v][o].tolist(), arg.tolist(), best.tolist()))
+            self.__dict__["_stairs_cache"] = st
+        return st
+
     def durations(self, choice: Sequence[int]) -> np.ndarray:
         """Duration of each task under ``choice``."""
         off, tflat, _ = self._flat()
