@@ -90,7 +90,7 @@ and problem — and no output file is written), `130` interrupted (devices resto
 | `ecal frontier FILE` | Pareto frontier of each element in a signature file (`--criterion TE/Td/Tsd`), plot |
 | `ecal compose FILE` | predicted T and E ± σ and the Eq. 13 bias bound of compositions in a workbook |
 | `ecal check FILE` | Eq. 23: do measured composites agree with their predictions? |
-| `ecal plan WORKLOAD --deadline 1.05x` | minimum-energy operating point per task, with switching costs and a proven gap (`--method auto/dp/ilp/fast`; `--time-limit-s`: the MILP's limit, or the time cap of the fast method's search with switch costs, by default 10 ms per task between 1 and 20 s; its work budget scales with it) |
+| `ecal plan WORKLOAD --deadline 1.05x` | minimum-energy operating point per task, with switching costs and a proven gap (`--method auto/dp/ilp/fast`; `--time-limit-s`: the MILP's limit, or the time cap of the fast method's search with switch costs, by default 30 ms per task between 1 and 20 s; its work budget scales with it) |
 | `ecal pareto WORKLOAD` | the energy-vs-deadline curve, a plan and a gap per point |
 | `ecal import KIND PATH` | signatures from published data: `h200`, `nv-dvfs`, `zeus-trace`, `zeus-log`, `perseus` |
 | `ecal demo` | all of the above on the simulated H200 |
@@ -154,7 +154,7 @@ A 1 ms clock switch here is priced at the stage's blocking power; the plan holds
 switching does not pay. For 2,048-task pipelines with switch costs the fast method's proven
 gap is about 0.75 % (see the benchmark below); without switch costs it is ≤ 0.3 %. With switch
 costs the fast method's search is budgeted in work (dynamic-programming labels and kicks), not
-seconds, so the same input gives the same plan on any machine; its wall-time cap (10 ms per
+seconds, so the same input gives the same plan on any machine; its wall-time cap (30 ms per
 task, 1–20 s, or `--time-limit-s`, which also scales the work) only fires on a machine much
 slower than this project's 2-core CI runner.
 

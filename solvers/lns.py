@@ -86,15 +86,16 @@ LABELS_PER_UNIT = 1000
 
 def path_cost(p: Problem, labels: int) -> float:
     """Work units of one path re-planned: the labels its DP generated plus the schedule,
-    latest-finish and makespan passes over the whole problem around it (about n/90 units)."""
-    return labels / LABELS_PER_UNIT + p.index.n / 90
+    latest-finish and makespan passes over the whole problem around it (about n/90 units)
+    and a fixed unit of Python overhead."""
+    return labels / LABELS_PER_UNIT + p.index.n / 90 + 1.0
 
 
 def kick_cost(p: Problem, tried: bool) -> float:
     """Work units of one kick: a makespan check (about n/500 units) and, when the kick meets
     the deadline and is ``tried``, two relax passes (about n/8 units each). The re-planning
-    after it is charged by :func:`path_cost`."""
-    return p.index.n * (1 / 500 + (1 / 4 if tried else 0.0))
+    after it is charged by :func:`path_cost`; plus a fixed unit of Python overhead."""
+    return p.index.n * (1 / 500 + (1 / 4 if tried else 0.0)) + 1.0
 
 
 def _pareto_thin(f: np.ndarray, c: np.ndarray, cap: int) -> np.ndarray:

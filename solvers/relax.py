@@ -613,14 +613,15 @@ def interpolate(p: Problem, fast: np.ndarray, slow: np.ndarray,
 #: tasks work units (at most ``POLISH_WORK``; one unit ≈ 1,000 DP labels, see
 #: :class:`solvers.lns.Budget`), so a plan does not depend on the machine's speed; the wall
 #: time ``POLISH_S_PER_TASK`` × tasks (between ``POLISH_S_MIN`` and ``POLISH_S``) is only a
-#: cap. Measured on this project's 2-core CI machine: 16x64 1F1B (2,048 tasks) spends its
-#: 92,160 units in 11–14 s of the 20 s cap, 8x32 its 23,040 in 3 s of 5 s, 4x8 its 2,880 in
-#: 0.55 s of 1 s.
+#: cap. Measured on this project's 2-core CI machine (1F1B, 1 ms switches, 1.05x): 4x8 spends
+#: its 8,000 units in 1.0 s of its 1.9 s cap (gap 0.46 %; 2,880 units gave 0.59 %, 20,000
+#: 0.43 %), 8x32 its 64,000 in 6.7 s of 15 s (0.66 %), 16x64 (2,048 tasks) its 92,160 in
+#: 11–12 s of 20 s (0.75 %).
 POLISH_S = 20.0
 POLISH_S_MIN = 1.0
-POLISH_S_PER_TASK = 0.01
+POLISH_S_PER_TASK = 0.03
 POLISH_WORK = 92_160.0
-POLISH_WORK_PER_TASK = 45.0
+POLISH_WORK_PER_TASK = 125.0
 
 
 def polish_budget(n_tasks: int, seconds: float | None = None) -> tuple[float, float]:

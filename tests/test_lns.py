@@ -193,7 +193,7 @@ import numpy as np
 import solvers.relax as R
 from test_lns import pipeline
 R.POLISH_S = R.POLISH_S_MIN = 600.0    # the wall-clock cap never fires: work alone ends the search
-p = pipeline(stages=4, mb=8)
+p = pipeline(stages=3, mb=5)
 r = R.solve_fast(p, p.fastest_makespan_s() * 1.1)
 print(repr(r.energy_j), hashlib.md5(np.asarray(r.choice).tobytes()).hexdigest())
 """
