@@ -48,6 +48,7 @@ class Budget:
     t_end: float
     used: float = 0.0
     parent: Budget | None = None
+    capped: bool = False       # the wall-clock cap ended a search before its work was spent
 
     @classmethod
     def of(cls, work: float = math.inf, seconds: float = math.inf) -> Budget:
@@ -71,8 +72,17 @@ class Budget:
             b = b.parent
 
     def done(self) -> bool:
-        """True once the work is spent or the wall-clock cap has passed."""
-        return self.used >= self.work or time.perf_counter() >= self.t_end
+        """True once the work is spent or the wall-clock cap has passed (then ``capped`` is
+        set here and on every parent: the result may differ on a faster machine)."""
+        if self.used >= self.work:
+            return True
+        if time.perf_counter() < self.t_end:
+            return False
+        b: Budget | None = self
+        while b is not None:
+            b.capped = True
+            b = b.parent
+        return True
 
     def part(self, work: float, seconds: float) -> Budget:
         """A child budget of at most ``work`` units and ``seconds`` (within what is left)."""

@@ -573,6 +573,7 @@ class FastResult:
     lower_bound_j: float
     lp_bound_j: float = -math.inf
     slope_j_per_s: float = 0.0
+    search: dict | None = None    # switch-cost search: work units spent, budget, time-capped
 
 
 def interpolate(p: Problem, fast: np.ndarray, slow: np.ndarray,
@@ -691,8 +692,12 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
         plans = _switch_starts(p, fl, res, deadline_s, horizons)
     if not plans:
         plans = [ix.fastest_choice()]
+    search = None
     if work > 0 and cap > 0:
-        plans = _improve(p, plans, deadline_s, Budget.of(work, cap))
+        budget = Budget.of(work, cap)
+        plans = _improve(p, plans, deadline_s, budget)
+        search = {"work_units": round(budget.used, 1), "work_budget": round(work, 1),
+                  "time_cap_s": round(cap, 3), "capped_by_time": budget.capped}
     # every candidate is re-checked: the cheapest plan that meets the deadline is returned
     energies = [ix.objective(c) if ix.makespan(c) <= deadline_s * (1 + 1e-9) else math.inf for c in plans]
     if not np.isfinite(min(energies)):
@@ -700,7 +705,8 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
         plans, energies = [fc], [ix.objective(fc)]
     k = int(np.argmin(energies))
     best_ch, best_e = plans[k], energies[k]
-    return FastResult(best_ch, float(best_e), float(min(bound, best_e)), res.bound_j, res.slope_j_per_s)
+    return FastResult(best_ch, float(best_e), float(min(bound, best_e)), res.bound_j, res.slope_j_per_s,
+                      search)
 
 
 def round_to_deadline(p: Problem, lp_times: np.ndarray, deadline_s: float, iters: int = 25) -> np.ndarray | None:

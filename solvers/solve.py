@@ -106,7 +106,8 @@ def solve(problem: Problem, deadline: float | str, method: str = "auto",
     fast = solve_fast(problem, D, _lp, polish_s=polish)
     if method == "fast":
         return make_plan(problem, fast.choice, D, method="fast", lower_bound_j=fast.lower_bound_j,
-                         wall_s=time.perf_counter() - t0, proven=fast.energy_j <= fast.lower_bound_j)
+                         wall_s=time.perf_counter() - t0, proven=fast.energy_j <= fast.lower_bound_j,
+                         meta={"search": fast.search} if fast.search else None)
     limit = 30.0 if time_limit_s is None else max(float(time_limit_s) - (time.perf_counter() - t0), 1.0)
     r = solve_ilp(problem, D, time_limit_s=limit, warm_start=fast.choice,
                   fallback_bound_j=fast.lower_bound_j)

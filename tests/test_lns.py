@@ -216,3 +216,17 @@ def test_fast_search_is_reproducible_across_processes():
         assert r.returncode == 0, r.stderr
         outs.append(r.stdout.strip())
     assert outs[0] == outs[1]
+
+
+def test_fast_plan_reports_its_search_and_a_time_cap():
+    from solvers import solve
+
+    p = pipeline(stages=3, mb=4)
+    plan = solve(p, "1.2x", method="fast")
+    s = plan.meta["search"]
+    assert s["work_units"] >= s["work_budget"] and not s["capped_by_time"]
+    assert "note:" not in plan.summary()
+    tiny = solve(p, "1.2x", method="fast", time_limit_s=1e-9)       # the cap fires at once
+    assert tiny.meta["search"]["capped_by_time"]
+    assert "cap" in tiny.summary() and tiny.makespan_s <= tiny.deadline_s * (1 + 1e-9)
+    assert "search" not in solve(pipeline(tr=None), "1.2x", method="fast").meta   # no switch costs
