@@ -14,10 +14,10 @@ are exact. Two families of paths are used:
   something no single-device neighbourhood can do.
 
 :func:`polish` cycles over both until nothing improves or its :class:`Budget` is spent.
-Budgets count *work* (tasks re-planned, kicks tried) so that a search is reproducible: the same
-problem and budget give the same plan on any machine, unless the wall-clock cap that comes
-with every budget fires first (on a machine much slower than the one the defaults were
-measured on).
+Budgets (:class:`Budget`) count *work* (DP labels, schedule passes, kicks) so that a search is
+reproducible: the same problem and budget give the same plan on any machine, unless the
+wall-clock cap that comes with every budget fires first (on a machine much slower than the one
+the defaults were measured on; the budget then says so).
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from .model import Problem
 class Budget:
     """What a search may still spend: ``work`` units and wall time until ``t_end``
     (``time.perf_counter()``). One unit is about 1,000 DP labels (0.13 ms of work here); see
-    :func:`path_cost` and :func:`kick_cost`. Work
-    decides when a search stops, so the result does not depend on the machine's speed; the
-    wall-clock cap is only a safety net. A :meth:`part` charges its parent too.
+    :func:`path_cost` and :func:`kick_cost`. Work decides when a search stops, so the result
+    does not depend on the machine's speed; the wall-clock cap is only a safety net, and
+    ``capped`` records that it fired. A :meth:`part` charges its parent too.
 
     >>> b = Budget.of(work=100, seconds=60.0)
     >>> b.spend(40); b.left
