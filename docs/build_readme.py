@@ -245,6 +245,7 @@ Each is one command and writes its table (`.md`, `.json`) and figure to `experim
 | `python experiments/protocol_precision.py` | naive vs tick-aligned windows (above) | simulated H200 |
 | `python experiments/bench_solvers.py` | our solvers vs lowtime 0.3.0 on Perseus-format profiles (table below) | shared profile generator |
 | `python experiments/switch_gap_study.py` | with 1 ms switches: our plan and bound vs HiGHS's MILP and the exact model's LP relaxation on 64–512-task pipelines (table below) | shared profile generator |
+| `python experiments/steady_state_rounding.py` | with 1 ms switches: what holding discrete clocks in the LP's own steady-state cycles costs over the LP (0.2–0.5 % of the bound on 8×32 and 16×64) | shared profile generator |
 
 Real H200, composed predictions vs direct measurements (σ = standard error of the mean):
 
@@ -274,7 +275,11 @@ On every case the best plan found — ours, or HiGHS's after 60 s — is 0.4–0
 LP, HiGHS's branch and bound lifts the bound by at most 0.03 %, and our bound is 0.07–0.09 %
 below the LP. A 0.5 % proven gap with switch costs therefore needs plans that neither method
 finds or a bound stronger than any LP relaxation of the model; the distance grows with the
-length of the steady state (8×32 vs 16×16).
+length of the steady state (8×32 vs 16×16). `experiments/steady_state_rounding.py` shows why:
+the LP fits every stage to the pipeline's common period (127.4 ms on 16×64 at 1.05x) with
+fractional clocks, while a plan must hold one of 60 discrete clocks per cycle (or pay two
+switch latencies). Rounding the LP's own steady state that way already costs 0.34 % of the
+bound at 1.05x and 0.50 % at 1.2x (16×64; 8×32: 0.22 % and 0.43 %), before any ramp.
 
 ## Layout
 

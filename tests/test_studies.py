@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
@@ -109,3 +110,14 @@ def test_atomic_text_write_replaces(tmp_path):
     _common.write_text_atomic(p, "a")
     _common.write_text_atomic(p, "b")
     assert p.read_text() == "b" and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_steady_state_rounding_on_the_bundled_pipeline():
+    # the bundled 4x8 Perseus profile; no shared data needed
+    import steady_state_rounding
+
+    prof = Path(__file__).resolve().parents[1] / "ecal" / "examples" / "pipeline_4x8.csv"
+    r = steady_state_rounding.rounding_loss(4, 8, 1e-3, "1.2x", prof)
+    assert r["cycles"] == sum(8 - min(4 - s - 1, 8) for s in range(4))
+    assert r["lp_bound_j"] > 0 and np.isfinite(r["loss_j"])
+    assert r["loss_pct"] == pytest.approx(100 * r["loss_j"] / r["lp_bound_j"], abs=1e-2)
