@@ -657,7 +657,8 @@ def _repaired(p: Problem, ch: np.ndarray, deadline_s: float, horizons: list[floa
 
 
 def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
-               slacks: tuple[float, ...] | None = None, polish_s: float | None = None) -> FastResult:
+               slacks: tuple[float, ...] | None = None, polish_s: float | None = None,
+               surrogate_bound: bool = True) -> FastResult:
     """LP/Lagrangian bound plus rounded-and-repaired plan at ``deadline_s``.
 
     Without switch costs the LP rounding and its ``slacks`` variants (default
@@ -666,8 +667,8 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
     best is improved by iterated kicks (:mod:`solvers.lns`) within :func:`polish_budget`
     (work units, so the plan is reproducible, and a wall-time cap of ``polish_s`` seconds,
     by default ``POLISH_S_PER_TASK`` per task, at most ``POLISH_S``; ``polish_s`` also scales
-    the work; 0 turns the search off, as curves do); when searching, the bound also tries the
-    duals of :func:`switch_surrogate_duals`."""
+    the work; 0 turns the search off); when searching and ``surrogate_bound``, the bound also
+    tries the duals of :func:`switch_surrogate_duals` (one more LP solve: curves skip it)."""
     ix = p.index
     lp = lp or HullLP(p)
     res = lp.solve(deadline_s)
@@ -676,7 +677,7 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
     lag_val, _ = device_viterbi(p, fl.f, fl.mu_dev)
     bound = max(bound, fl.const_j + lag_val)
     work, cap = polish_budget(ix.n, polish_s) if ix.has_transitions else (0.0, 0.0)
-    if work > 0 and cap > 0:
+    if work > 0 and cap > 0 and surrogate_bound:
         # one more LP solve: worth it for a single plan, not per point of a curve
         mu = switch_surrogate_duals(p, lp, deadline_s, SURROGATE_SHARE)
         if mu is not None:

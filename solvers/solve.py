@@ -26,7 +26,7 @@ from .dp import chain_order, solve_chain
 from .ilp import allowed_options, solve_ilp
 from .model import InfeasibleError, Problem, ProblemError
 from .plan import ParetoCurve, Plan, make_plan
-from .relax import HullLP, interpolate, relax, solve_fast
+from .relax import HullLP, interpolate, polish_budget, relax, solve_fast
 from .spdp import solve_sp, sp_tree
 
 METHODS = ("auto", "dp", "sp", "ilp", "fast", "brute")
@@ -137,7 +137,9 @@ def pareto(problem: Problem, deadlines: Sequence[float | str] | None = None, n_p
     A plan found at a smaller deadline also meets a larger one, so the curve is made
     non-increasing by carrying the better plan forward. With the fast method and no switch
     latencies (``dense``), plans interpolated between neighbouring grid plans fill the curve
-    in between (``ParetoCurve.dense``), each bounded by the LP's tangents.
+    in between (``ParetoCurve.dense``), each bounded by the LP's tangents. With switch costs
+    the fast method's search (:func:`solvers.relax.polish_budget`) is shared by the grid
+    points: a curve spends about one single plan's search in all.
     """
     t0 = time.perf_counter()
     fm = problem.fastest_makespan_s()
@@ -158,8 +160,11 @@ def pareto(problem: Problem, deadlines: Sequence[float | str] | None = None, n_p
 
     if deadlines is None:
         free = free_makespan_s(problem)
-        slow = solve(problem, free, pick(free), limit, _lp=lp)
-        hi = max(slow.makespan_s, fm)
+        if pick(free) == "fast":
+            # only its makespan is used: no search (a plan there would take a full budget)
+            hi = max(problem.index.makespan(solve_fast(problem, free, lp, slacks=(), polish_s=0.0).choice), fm)
+        else:
+            hi = max(solve(problem, free, pick(free), limit, _lp=lp).makespan_s, fm)
         # Quadratic spacing: the curve is steepest near the fastest makespan, so put more
         # deadlines there (measured: fewer points where a denser curve would be cheaper).
         u = np.linspace(0.0, 1.0, max(int(n_points), 2))
@@ -177,8 +182,10 @@ def pareto(problem: Problem, deadlines: Sequence[float | str] | None = None, n_p
 
     def fast_at(D: float):
         t1 = time.perf_counter()
-        # Curves: more grid points beat extra roundings per point (measured, 8x32).
-        fr = solve_fast(problem, D, lp, slacks=(), polish_s=0.0)
+        # Curves: more grid points beat extra roundings per point (measured, 8x32). With
+        # switch costs the whole curve gets one single plan's search, shared by its points.
+        search = 0.0 if no_tau else polish_budget(problem.n_tasks)[1] / max(len(ds), 1)
+        fr = solve_fast(problem, D, lp, slacks=(), polish_s=search, surrogate_bound=False)
         below = [d for d in solved if d < D]
         if below:
             fr = _reuse_previous(problem, solved[max(below)][0], fr, D)

@@ -230,3 +230,16 @@ def test_fast_plan_reports_its_search_and_a_time_cap():
     assert tiny.meta["search"]["capped_by_time"]
     assert "cap" in tiny.summary() and tiny.makespan_s <= tiny.deadline_s * (1 + 1e-9)
     assert "search" not in solve(pipeline(tr=None), "1.2x", method="fast").meta   # no switch costs
+
+
+def test_switch_cost_curve_shares_one_search_and_is_reproducible():
+    from solvers import pareto
+
+    p = pipeline(stages=3, mb=4)
+    a = pareto(p, n_points=6, method="fast")
+    b = pareto(p, n_points=6, method="fast")
+    assert [pl.energy_j for pl in a.plans] == [pl.energy_j for pl in b.plans]
+    energies = [pl.energy_j for pl in a.plans]
+    assert all(x >= y - 1e-9 for x, y in zip(energies, energies[1:]))     # non-increasing
+    assert all(pl.makespan_s <= pl.deadline_s * (1 + 1e-9) for pl in a.plans)
+    assert all(pl.lower_bound_j <= pl.energy_j + 1e-9 for pl in a.plans)
