@@ -162,7 +162,7 @@ def pareto(problem: Problem, deadlines: Sequence[float | str] | None = None, n_p
         free = free_makespan_s(problem)
         if pick(free) == "fast":
             # only its makespan is used: no search (a plan there would take a full budget)
-            hi = max(problem.index.makespan(solve_fast(problem, free, lp, slacks=(), polish_s=0.0).choice), fm)
+            hi = max(problem.index.makespan(solve_fast(problem, free, lp, polish_s=0.0).choice), fm)
         else:
             hi = max(solve(problem, free, pick(free), limit, _lp=lp).makespan_s, fm)
         # Quadratic spacing: the curve is steepest near the fastest makespan, so put more
