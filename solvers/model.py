@@ -527,6 +527,11 @@ class _Index:
             fl = self.__dict__["_flat_cache"] = (off[:-1], tflat, tau_groups)
         return fl
 
+    def time_flat(self) -> tuple[np.ndarray, np.ndarray]:
+        """(offset of each task's first option, all option times flattened). Cached."""
+        off, tflat, _ = self._flat()
+        return off, tflat
+
     def cost_flat(self) -> np.ndarray:
         """Effective energies of all options, flattened like :meth:`_flat`'s times. Cached."""
         c = self.__dict__.get("_cost_flat")

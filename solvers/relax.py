@@ -269,7 +269,7 @@ def device_viterbi(p: Problem, f: np.ndarray, mu_dev: np.ndarray) -> tuple[float
     free = ix.switch_free_tasks()
     if free.size:
         # no switch matrix on the device: every task's minimum is independent, in one pass
-        off, tflat, _ = ix._flat()
+        off, tflat = ix.time_flat()
         owner = ix.option_owner()
         val = ix.cost_flat() + np.asarray(f, dtype=float)[owner] * tflat
         mins = np.minimum.reduceat(val, off)
