@@ -262,7 +262,8 @@ def _chain_dp(w: PathWindow, cap: int, gcap: int) -> tuple[np.ndarray | None, in
     return out, made
 
 
-def windowed_rounding(p: Problem, time_s: np.ndarray, deadline_s: float, alpha: float = 0.5) -> np.ndarray | None:
+def windowed_rounding(p: Problem, time_s: np.ndarray, deadline_s: float, alpha: float = 0.5,
+                      cap: int = 64, gcap: int = 256) -> np.ndarray | None:
     """A feasible plan near a fractional schedule (e.g. the hull LP's task times ``time_s``),
     switch costs included: every device chain is planned by :func:`chain_dp` on its own,
     inside the windows the fractional schedule leaves it. Each task with a cross-device
@@ -270,7 +271,8 @@ def windowed_rounding(p: Problem, time_s: np.ndarray, deadline_s: float, alpha: 
     no switch latencies) and each task starts after the cut times of its cross predecessors;
     as X_u ≤ start of u's successors in that schedule, the device plans fit together and the
     makespan is at most ``deadline_s``. None when some device cannot fit its windows (or the
-    fractional schedule itself misses the deadline).
+    fractional schedule itself misses the deadline). ``cap``/``gcap``: :func:`chain_dp`'s
+    label caps (measured: 16/64 is up to 40 % faster and up to 0.05 % dearer).
 
     Measured on 16x64 1F1B with 1 ms switches at 1.05x: a start 1.1 % above the bound in 1 s,
     which 8 s of path re-planning take to 0.79 % and 8 s more of kicks to 0.73 % (the other
@@ -305,7 +307,7 @@ def windowed_rounding(p: Problem, time_s: np.ndarray, deadline_s: float, alpha: 
             dues.append(np.full(ix.k[v], due + 1e-12 * D))
             links.append((ix.tau[v], ix.extra[v]) if i > 0 and ix.tau[v] is not None else None)
         win = PathWindow(list(seq), [ix.time[v] for v in seq], [ix.cost[v] for v in seq], rels, dues, links)
-        sub = chain_dp(win, cap=64, gcap=256)
+        sub = chain_dp(win, cap, gcap)
         if sub is None:
             return None
         choice[seq] = sub
