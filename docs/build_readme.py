@@ -155,8 +155,8 @@ switching does not pay. For 2,048-task pipelines with switch costs the fast meth
 gap is about 0.75 % (see the benchmark below); without switch costs it is ≤ 0.3 %. With switch
 costs the fast method's search is budgeted in work (dynamic-programming labels and kicks), not
 seconds, so the same input gives the same plan on any machine; its wall-time cap (30 ms per
-task, 1–20 s, or `--time-limit-s`, which also scales the work) only fires on a machine much
-slower than this project's 2-core CI runner.
+task, 1–20 s, or `--time-limit-s`, which also scales the work) leaves the search about 1.7×
+headroom on this project's 2-core CI runner; when it does fire, the plan says so.
 
 ![Plan timeline](docs/plan.png)
 ![Energy vs deadline](docs/pareto.png)
