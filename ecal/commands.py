@@ -256,7 +256,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     _check_time_limit(args)
     if problem.n_tasks > 500 and not args.json:
         # the fast method may spend seconds improving a large plan: say so before going quiet
-        print(f"planning {problem.n_tasks} tasks on {len(problem.index.dev_seq)} devices ...",
+        how = ""
+        if problem.index.has_transitions and args.method in ("auto", "fast"):
+            from solvers.relax import polish_budget
+
+            how = f" (switch-cost search: at most {polish_budget(problem.n_tasks, args.time_limit_s)[1]:g} s)"
+        print(f"planning {problem.n_tasks} tasks on {len(problem.index.dev_seq)} devices{how} ...",
               file=sys.stderr, flush=True)
     plan = solve(problem, deadline, method=args.method, time_limit_s=args.time_limit_s)
     out = Outputs()

@@ -190,3 +190,12 @@ def test_fast_plan_with_switches_honours_time_limit(tmp_path):
     doc = json.loads(r.stdout)
     assert doc["method"] == "fast" and doc["wall_s"] < 5.0
     assert doc["makespan_s"] <= doc["deadline_s"] * (1 + 1e-9)
+
+
+def test_large_plan_says_how_long_its_search_may_take(tmp_path):
+    # 4 stages x 64 microbatches = 512 tasks: a progress line on stderr names the search's cap
+    r = ecal("plan", PIPE, "--microbatches", "64", "--deadline", "1.1x", "--transition-time-s", "0.001",
+             "--time-limit-s", "0.3", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "planning 512 tasks on 4 devices (switch-cost search: at most 0.3 s)" in r.stderr
+    assert "gap" in r.stdout
