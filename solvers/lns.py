@@ -279,24 +279,10 @@ def windowed_rounding(p: Problem, time_s: np.ndarray, deadline_s: float, alpha: 
     starts together reached 0.76 % in 16 s)."""
     ix = p.index
     D = float(deadline_s)
-    t = np.asarray(time_s, dtype=float).tolist()
-    end = [0.0] * ix.n
-    for v in ix.order:
-        s = max((end[u] for u in ix.preds[v]), default=0.0)
-        u = ix.dev_prev[v]
-        if u >= 0 and end[u] > s:
-            s = end[u]
-        end[v] = s + t[v]
+    _, end = ix.earliest(time_s)
     if max(end, default=0.0) > D * (1 + 1e-12):
         return None
-    lf = [D] * ix.n
-    for v in reversed(ix.order):
-        f = min((lf[w] - t[w] for w in ix.succs[v]), default=D)
-        w = ix.dev_next[v]
-        if w >= 0:
-            f = min(f, lf[w] - t[w])
-        lf[v] = min(f, D)
-    cut = alpha * np.array(end) + (1 - alpha) * np.array(lf)
+    cut = alpha * np.array(end) + (1 - alpha) * np.array(ix.latest_finish(time_s, D))
     choice = np.zeros(ix.n, dtype=int)
     for seq in ix.dev_seq.values():
         rels, dues, links = [], [], []

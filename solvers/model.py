@@ -586,9 +586,15 @@ class _Index:
 
     def schedule(self, choice: Sequence[int]) -> tuple[np.ndarray, np.ndarray, float]:
         """Earliest start and end of each task and the makespan (ASAP list schedule)."""
+        start, end = self.earliest(self.durations(choice), self.switch_tau(choice))
+        return np.array(start), np.array(end), max(end) if self.n else 0.0
+
+    def earliest(self, dur_s: Sequence[float], tau_s: Sequence[float] | None = None) -> tuple[list, list]:
+        """ASAP start and end of each task (Python lists) for given durations and switch
+        latencies before each task (none when ``tau_s`` is None); durations may be fractional."""
         # Python floats and lists: scalar numpy indexing would dominate this loop.
-        dur = self.durations(choice).tolist()
-        tau = self.switch_tau(choice).tolist()
+        dur = np.asarray(dur_s, dtype=float).tolist()
+        tau = [0.0] * self.n if tau_s is None else np.asarray(tau_s, dtype=float).tolist()
         start = [0.0] * self.n
         end = [0.0] * self.n
         preds, dev_prev = self.preds, self.dev_prev
@@ -602,7 +608,7 @@ class _Index:
                 s = end[u] + tau[v]
             start[v] = s
             end[v] = s + dur[v]
-        return np.array(start), np.array(end), max(end) if self.n else 0.0
+        return start, end
 
     def batch_makespan(self, dur: np.ndarray) -> np.ndarray:
         """Makespans of many plans at once (rows of task durations; no switch latencies),
@@ -634,8 +640,14 @@ class _Index:
 
     def latest(self, choice: Sequence[int], horizon_s: float) -> np.ndarray:
         """Latest finish of each task so that everything ends by ``horizon_s``."""
-        dur = self.durations(choice).tolist()
-        tau = self.switch_tau(choice).tolist()
+        return np.array(self.latest_finish(self.durations(choice), horizon_s, self.switch_tau(choice)))
+
+    def latest_finish(self, dur_s: Sequence[float], horizon_s: float,
+                      tau_s: Sequence[float] | None = None) -> list:
+        """ALAP finish of each task (a Python list) by ``horizon_s`` for given durations and
+        switch latencies (none when ``tau_s`` is None); durations may be fractional."""
+        dur = np.asarray(dur_s, dtype=float).tolist()
+        tau = [0.0] * self.n if tau_s is None else np.asarray(tau_s, dtype=float).tolist()
         lf = [float(horizon_s)] * self.n
         succs, dev_next = self.succs, self.dev_next
         for v in reversed(self.order):
@@ -650,7 +662,7 @@ class _Index:
                 if x < f:
                     f = x
             lf[v] = f
-        return np.array(lf)
+        return lf
 
     def switch_extra(self, choice: Sequence[int]) -> tuple[float, int]:
         """Σ extra switch energy beyond idle power, and the number of ω_dev switches."""
