@@ -21,6 +21,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any, Protocol
 
@@ -509,78 +510,73 @@ class _Index:
         """Index of each task's fastest option (cheapest among ties)."""
         return np.array([int(np.lexsort((c, t))[0]) for t, c in zip(self.time, self.cost)])
 
+    @cached_property
     def _flat(self):
         """Option times flattened with per-task offsets, and the switch matrices grouped by
         identity (1F1B shares one matrix per device), for vectorised lookups."""
-        fl = self.__dict__.get("_flat_cache")
-        if fl is None:
-            off = np.zeros(self.n + 1, dtype=int)
-            np.cumsum(self.k, out=off[1:])
-            tflat = np.concatenate(self.time) if self.n else np.zeros(0)
-            groups: dict[int, tuple[np.ndarray, list[int]]] = {}
-            for b in range(self.n):
-                m = self.tau[b]
-                if m is not None:
-                    groups.setdefault(id(m), (m, []))[1].append(b)
-            prev = np.array(self.dev_prev, dtype=int)
-            tau_groups = [(m, np.array(bs), prev[np.array(bs)]) for m, bs in groups.values()]
-            fl = self.__dict__["_flat_cache"] = (off[:-1], tflat, tau_groups)
-        return fl
+        off = np.zeros(self.n + 1, dtype=int)
+        np.cumsum(self.k, out=off[1:])
+        tflat = np.concatenate(self.time) if self.n else np.zeros(0)
+        groups: dict[int, tuple[np.ndarray, list[int]]] = {}
+        for b in range(self.n):
+            m = self.tau[b]
+            if m is not None:
+                groups.setdefault(id(m), (m, []))[1].append(b)
+        prev = np.array(self.dev_prev, dtype=int)
+        tau_groups = [(m, np.array(bs), prev[np.array(bs)]) for m, bs in groups.values()]
+        return off[:-1], tflat, tau_groups
 
+    @cached_property
     def time_flat(self) -> tuple[np.ndarray, np.ndarray]:
-        """(offset of each task's first option, all option times flattened). Cached."""
-        off, tflat, _ = self._flat()
+        """(offset of each task's first option, all option times flattened)."""
+        off, tflat, _ = self._flat
         return off, tflat
 
+    @cached_property
     def cost_flat(self) -> np.ndarray:
-        """Effective energies of all options, flattened like :meth:`_flat`'s times. Cached."""
-        c = self.__dict__.get("_cost_flat")
-        if c is None:
-            c = self.__dict__["_cost_flat"] = np.concatenate(self.cost) if self.n else np.zeros(0)
-        return c
+        """Effective energies of all options, flattened like :attr:`time_flat`'s times."""
+        return np.concatenate(self.cost) if self.n else np.zeros(0)
 
+    @cached_property
     def option_owner(self) -> np.ndarray:
-        """Task index of each flattened option. Cached."""
-        o = self.__dict__.get("_owner")
-        if o is None:
-            o = self.__dict__["_owner"] = np.repeat(np.arange(self.n), self.k)
-        return o
+        """Task index of each flattened option."""
+        return np.repeat(np.arange(self.n), self.k)
 
+    @cached_property
+    def switch_free_devices(self) -> frozenset[str]:
+        """Devices where no switch costs anything."""
+        return frozenset(d for d, seq in self.dev_seq.items() if all(self.tau[u] is None for u in seq))
+
+    @cached_property
     def switch_free_tasks(self) -> np.ndarray:
-        """Tasks on devices where no switch costs anything (sorted). Cached."""
-        fr = self.__dict__.get("_switch_free")
-        if fr is None:
-            fr = sorted(v for seq in self.dev_seq.values() if all(self.tau[u] is None for u in seq) for v in seq)
-            fr = self.__dict__["_switch_free"] = np.array(fr, dtype=int)
-        return fr
+        """Tasks on :attr:`switch_free_devices` (sorted)."""
+        return np.array(sorted(v for d in self.switch_free_devices for v in self.dev_seq[d]), dtype=int)
 
+    @cached_property
     def stairs(self) -> list[tuple[list[float], list[int], list[float]]]:
         """Per task, its option times ascending, and for each prefix the cheapest option
         (effective energy) among those no slower: the cheapest option within a time limit is
-        one ``bisect`` away. Cached."""
-        st = self.__dict__.get("_stairs_cache")
-        if st is None:
-            st = []
-            for v in range(self.n):
-                o = np.argsort(self.time[v], kind="stable")
-                c = self.cost[v][o]
-                best = np.minimum.accumulate(c)
-                new_min = np.r_[True, c[1:] < best[:-1]]          # ties: the faster option
-                arg = o[np.maximum.accumulate(np.where(new_min, np.arange(len(o)), 0))]
-                st.append((self.time[v][o].tolist(), arg.tolist(), best.tolist()))
-            self.__dict__["_stairs_cache"] = st
+        one ``bisect`` away."""
+        st = []
+        for v in range(self.n):
+            o = np.argsort(self.time[v], kind="stable")
+            c = self.cost[v][o]
+            best = np.minimum.accumulate(c)
+            new_min = np.r_[True, c[1:] < best[:-1]]          # ties: the faster option
+            arg = o[np.maximum.accumulate(np.where(new_min, np.arange(len(o)), 0))]
+            st.append((self.time[v][o].tolist(), arg.tolist(), best.tolist()))
         return st
 
     def durations(self, choice: Sequence[int]) -> np.ndarray:
         """Duration of each task under ``choice``."""
-        off, tflat, _ = self._flat()
+        off, tflat, _ = self._flat
         return tflat[off + np.asarray(choice, dtype=int)]
 
     def switch_tau(self, choice: Sequence[int]) -> np.ndarray:
         """Switch latency before each task (0 when none)."""
         out = np.zeros(self.n)
         ch = np.asarray(choice, dtype=int)
-        for m, bs, prev in self._flat()[2]:
+        for m, bs, prev in self._flat[2]:
             out[bs] = m[ch[prev], ch[bs]]
         return out
 

@@ -266,19 +266,19 @@ def device_viterbi(p: Problem, f: np.ndarray, mu_dev: np.ndarray) -> tuple[float
     ix = p.index
     total = 0.0
     choice = np.zeros(ix.n, dtype=int)
-    free = ix.switch_free_tasks()
+    free = ix.switch_free_tasks
     if free.size:
         # no switch matrix on the device: every task's minimum is independent, in one pass
-        off, tflat = ix.time_flat()
-        owner = ix.option_owner()
-        val = ix.cost_flat() + np.asarray(f, dtype=float)[owner] * tflat
+        off, tflat = ix.time_flat
+        owner = ix.option_owner
+        val = ix.cost_flat + np.asarray(f, dtype=float)[owner] * tflat
         mins = np.minimum.reduceat(val, off)
         pos = np.where(val <= mins[owner], np.arange(val.size), val.size)
         first = np.minimum.reduceat(pos, off) - off        # first minimiser, as np.argmin
         total += float(mins[free].sum())
         choice[free] = first[free]
-    for seq in ix.dev_seq.values():
-        if all(ix.tau[v] is None for v in seq):
+    for d, seq in ix.dev_seq.items():
+        if d in ix.switch_free_devices:
             continue
         val = None
         back = []
@@ -343,7 +343,7 @@ def round_lp(p: Problem, lp_times: np.ndarray, slack: float = 0.0) -> np.ndarray
     ix = p.index
     out = np.zeros(ix.n, dtype=int)
     limit = (np.asarray(lp_times, dtype=float) * (1 + 1e-9 + slack) + 1e-12).tolist()
-    for i, (times, arg, _) in enumerate(ix.stairs()):
+    for i, (times, arg, _) in enumerate(ix.stairs):
         k = bisect_right(times, limit[i])
         # none fast enough: the cheapest of the fastest options
         out[i] = arg[k - 1] if k else arg[bisect_right(times, times[0]) - 1]
@@ -516,7 +516,7 @@ def relax(p: Problem, choice: np.ndarray, horizon_s: float) -> np.ndarray:
     lf = ix.latest(ch, horizon_s).tolist()
     end = [0.0] * ix.n
     tol = 1e-12 * horizon_s
-    stairs = ix.stairs()
+    stairs = ix.stairs
     for v in ix.order:
         es = max((end[u] for u in ix.preds[v]), default=0.0)
         u = ix.dev_prev[v]
@@ -632,7 +632,7 @@ def polish_budget(n_tasks: int, seconds: float | None = None) -> tuple[float, fl
     cap = min(POLISH_S, max(POLISH_S_MIN, POLISH_S_PER_TASK * n_tasks))
     if seconds is None:
         return work, cap
-    return (work * seconds / cap if cap > 0 else 0.0), float(seconds)
+    return work * seconds / cap, float(seconds)            # cap >= POLISH_S_MIN > 0
 
 
 def _repaired(p: Problem, ch: np.ndarray, deadline_s: float, horizons: list[float]) -> np.ndarray | None:
