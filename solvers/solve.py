@@ -160,11 +160,12 @@ def pareto(problem: Problem, deadlines: Sequence[float | str] | None = None, n_p
 
     if deadlines is None:
         free = free_makespan_s(problem)
-        if pick(free) == "fast":
+        m_free = pick(free)
+        if m_free == "fast":
             # only its makespan is used: no search (a plan there would take a full budget)
             hi = max(problem.index.makespan(solve_fast(problem, free, lp, polish_s=0.0).choice), fm)
         else:
-            hi = max(solve(problem, free, pick(free), limit, _lp=lp).makespan_s, fm)
+            hi = max(solve(problem, free, m_free, limit, _lp=lp).makespan_s, fm)
         # Quadratic spacing: the curve is steepest near the fastest makespan, so put more
         # deadlines there (measured: fewer points where a denser curve would be cheaper).
         u = np.linspace(0.0, 1.0, max(int(n_points), 2))
