@@ -88,7 +88,7 @@ class Plan:
             f"  bound      {self.lower_bound_j:10.3f} J   gap {self.gap * 100:.3f} %",
             f"  wall time  {self.wall_s:.3f} s",
         ]
-        search = self.meta.get("search") if isinstance(self.meta, Mapping) else None
+        search = self.meta.get("search")
         if isinstance(search, Mapping) and search.get("capped_by_time"):
             lines.append(f"  note: the search hit its {search.get('time_cap_s')} s cap after "
                          f"{search.get('work_units')} of {search.get('work_budget')} work units, "
