@@ -578,7 +578,7 @@ class FastResult:
 
 def interpolate(p: Problem, fast: np.ndarray, slow: np.ndarray,
                 order: str = "ratio") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Plans between two plans (no switch latencies): starting from ``slow``, switch the tasks
+    """Plans between two plans (no switch costs: neither is counted): starting from ``slow``, switch the tasks
     that differ to their ``fast`` option in order of Δcost/Δtime (``order="ratio"``) or of
     their start in ``slow``'s schedule (``"start"``); returns (choices [k × n], makespans,
     energies) of every prefix, evaluated in one batch."""

@@ -136,7 +136,7 @@ def pareto(problem: Problem, deadlines: Sequence[float | str] | None = None, n_p
 
     A plan found at a smaller deadline also meets a larger one, so the curve is made
     non-increasing by carrying the better plan forward. With the fast method and no switch
-    latencies (``dense``), plans interpolated between neighbouring grid plans fill the curve
+    costs (``dense``), plans interpolated between neighbouring grid plans fill the curve
     in between (``ParetoCurve.dense``), each bounded by the LP's tangents. With switch costs
     the fast method's search (:func:`solvers.relax.polish_budget`) is shared by the grid
     points: a curve spends about one single plan's search in all.
@@ -172,9 +172,11 @@ def pareto(problem: Problem, deadlines: Sequence[float | str] | None = None, n_p
         ds = list(fm + (hi - fm) * u**1.5) if hi > fm else [fm]
     else:
         ds = sorted(problem.deadline_s(d) for d in deadlines)
-    no_tau = not any(m is not None and m.any() for m in problem.index.tau)
+    # Interpolated plans and their refinement price options without switch costs, and a
+    # plan with switch costs (time or energy) needs the search: one test decides both.
+    switch_free = not problem.has_transitions
     refine = 0
-    if deadlines is None and dense and no_tau and method == "fast" and len(ds) >= 8:
+    if deadlines is None and dense and switch_free and method == "fast" and len(ds) >= 8:
         # Part of the grid goes where the curve is loosest (see _refine_deadlines).
         refine = int(len(ds) * REFINE_SHARE)
         u = np.linspace(0.0, 1.0, len(ds) - refine)
@@ -185,7 +187,7 @@ def pareto(problem: Problem, deadlines: Sequence[float | str] | None = None, n_p
         t1 = time.perf_counter()
         # Curves: more grid points beat extra roundings per point (measured, 8x32). With
         # switch costs the whole curve gets one single plan's search, shared by its points.
-        search = 0.0 if no_tau else polish_budget(problem.n_tasks)[1] / max(len(ds), 1)
+        search = 0.0 if switch_free else polish_budget(problem.n_tasks)[1] / max(len(ds), 1)
         fr = solve_fast(problem, D, lp, slacks=(), polish_s=search, surrogate_bound=False)
         below = [d for d in solved if d < D]
         if below:
@@ -221,7 +223,7 @@ def pareto(problem: Problem, deadlines: Sequence[float | str] | None = None, n_p
                            meta={"carried_from_s": prev.deadline_s})
         plans.append(pl)
     extra: tuple[tuple[float, float, float], ...] = ()
-    if dense and len(fast_res) >= 2 and no_tau:
+    if dense and len(fast_res) >= 2 and switch_free:
         extra = _densify(problem, fast_res, DENSIFY_ORDERS)
     exact = bool(plans) and all(p.gap == 0.0 for p in plans) and not extra
     used = sorted({p.method for p in plans})
