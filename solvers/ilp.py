@@ -199,11 +199,9 @@ def solve_ilp(p: Problem, deadline_s: float, time_limit_s: float | None = 60.0, 
         lat = 0
         if ix.tau[w] is not None:
             tau, ext = ix.tau[w], ix.extra[w]
-            y = {}
-            for a in allowed[u]:
-                for b in allowed[w]:
-                    if tau[a, b] > 0 or ext[a, b] > 0 or True:
-                        y[a, b] = _var(prob, f"y_{w}_{a}_{b}", 0, 1, "Continuous")
+            # the full transport matrix, zero-cost pairs included: its marginals are x[u], x[w]
+            y = {(a, b): _var(prob, f"y_{w}_{a}_{b}", 0, 1, "Continuous")
+                 for a in allowed[u] for b in allowed[w]}
             for a in allowed[u]:
                 prob += pulp.lpSum(y[a, b] for b in allowed[w]) == x[u][a], f"yr_{w}_{a}"
             for b in allowed[w]:
