@@ -1,18 +1,23 @@
 """How far is the fast method from the optimum when clock switches cost time?
 
-For 1F1B pipelines with 1 ms switches (Perseus-format profiles, every 3rd of the 60 clocks so
-that a MILP is tractable) this compares, at 1.05x the fastest makespan:
+For 1F1B pipelines with 1 ms switches (Perseus-format profiles, by default every 3rd of the 60
+clocks so that a MILP is tractable) this compares, at given factors of the fastest makespan:
 
 * the fast method (``solve(..., method="fast")``): plan energy and proven lower bound;
 * the LP relaxation of the exact MILP with the transportation linearisation of switches
   (solver-notes §4), the strongest bound an LP/Lagrangian method can reach here;
 * HiGHS's MILP (``scipy.optimize.milp``) on the same model after ``--milp-s`` seconds: its
-  incumbent and its proven bound.
+  incumbent and its proven bound, and whether it proved the incumbent optimal.
+
+Where HiGHS proves optimality, ``optimum_over_transport_lp_pct`` is how far the true optimum
+lies above the strongest LP bound: a proven gap can never be smaller than that with an
+LP-class bound, however good the plan.
 
 It answers whether the remaining gap of the fast method lies in its plan or in LP-class
 bounds. Takes about (cases × milp-s) seconds.
 
     python experiments/switch_gap_study.py --milp-s 120
+    python experiments/switch_gap_study.py --cases 2x4,3x6 --deadlines 1.05x,1.2x --milp-s 300
 """
 
 from __future__ import annotations
@@ -51,32 +56,35 @@ def thinned_profile(stages: int, step: int, out_dir: Path) -> Path:
     return dst
 
 
-def exact_model(p: Problem, deadline_s: float):
+def exact_model(p: Problem, deadline_s: float, allowed: list[np.ndarray] | None = None):
     """The compact MILP (options x, starts S, makespan M, transport y per device edge) as
-    (c, A, row_lo, row_hi, upper bounds, integrality, option-column offsets)."""
+    (c, A, row_lo, row_hi, upper bounds, integrality, option-column offsets), over each task's
+    ``allowed`` option indices (default: all)."""
     ix = p.index
     n = ix.n
+    al = [np.arange(k) for k in ix.k] if allowed is None else [np.asarray(a) for a in allowed]
     col = n + 1
     xo = []
     for v in range(n):
         xo.append(col)
-        col += ix.k[v]
+        col += al[v].size
     yo = {}
     for w in range(n):
         u = ix.dev_prev[w]
         if u >= 0 and ix.tau[w] is not None:
             yo[w] = col
-            col += ix.k[u] * ix.k[w]
+            col += al[u].size * al[w].size
     c = np.zeros(col)
     c[n] = ix.p_total
     integ = np.zeros(col)
     ub = np.ones(col)
     ub[:n + 1] = deadline_s
     for v in range(n):
-        c[xo[v]:xo[v] + ix.k[v]] = ix.cost[v]
-        integ[xo[v]:xo[v] + ix.k[v]] = 1
+        c[xo[v]:xo[v] + al[v].size] = ix.cost[v][al[v]]
+        integ[xo[v]:xo[v] + al[v].size] = 1
     for w, o in yo.items():
-        c[o:o + ix.extra[w].size] = ix.extra[w].ravel()
+        sub = np.ix_(al[ix.dev_prev[w]], al[w])
+        c[o:o + sub[0].size * sub[1].size] = ix.extra[w][sub].ravel()
     R, C, V, lo, hi = [], [], [], [], []
 
     def row(cols, vals, a, b):
@@ -87,10 +95,10 @@ def exact_model(p: Problem, deadline_s: float):
         hi.append(b)
 
     def dur(v):
-        return list(range(xo[v], xo[v] + ix.k[v])), [-float(t) for t in ix.time[v]]
+        return list(range(xo[v], xo[v] + al[v].size)), [-float(t) for t in ix.time[v][al[v]]]
 
     for v in range(n):
-        row(list(range(xo[v], xo[v] + ix.k[v])), [1.0] * ix.k[v], 1, 1)
+        row(list(range(xo[v], xo[v] + al[v].size)), [1.0] * al[v].size, 1, 1)
     for u, w in ix.edges:
         dc, dv = dur(u)
         row([w, u] + dc, [1, -1] + dv, 0, np.inf)
@@ -101,8 +109,8 @@ def exact_model(p: Problem, deadline_s: float):
         dc, dv = dur(u)
         cols, vals = [w, u] + dc, [1, -1] + dv
         if w in yo:
-            ku, kw, o = ix.k[u], ix.k[w], yo[w]
-            t = ix.tau[w].ravel()
+            ku, kw, o = al[u].size, al[w].size, yo[w]
+            t = ix.tau[w][np.ix_(al[u], al[w])].ravel()
             nz = np.flatnonzero(t)
             cols += list(o + nz)
             vals += list(-t[nz])
@@ -119,9 +127,14 @@ def exact_model(p: Problem, deadline_s: float):
     return c, A, np.array(lo), np.array(hi), ub, integ, xo
 
 
-def run_case(p: Problem, milp_s: float) -> dict:
-    """Fast method, transport LP and time-limited MILP at 1.05x on one problem."""
-    D = p.deadline_s("1.05x")
+def decode(x: np.ndarray, xo: list[int], allowed: list[np.ndarray]) -> list[int]:
+    """Option index per task from an :func:`exact_model` solution."""
+    return [int(a[np.argmax(x[o:o + a.size])]) for o, a in zip(xo, allowed)]
+
+
+def run_case(p: Problem, milp_s: float, deadline: str = "1.05x") -> dict:
+    """Fast method, transport LP and time-limited MILP at ``deadline`` on one problem."""
+    D = p.deadline_s(deadline)
     ix = p.index
     fast = solve(p, D, method="fast")
     c, A, lo, hi, ub, integ, xo = exact_model(p, D)
@@ -135,37 +148,75 @@ def run_case(p: Problem, milp_s: float) -> dict:
     mi_s = time.perf_counter() - t0
     inc = None
     if mi.x is not None:
-        ch = [int(np.argmax(mi.x[xo[v]:xo[v] + ix.k[v]])) for v in range(ix.n)]
+        ch = decode(mi.x, xo, [np.arange(k) for k in ix.k])
         inc = ix.objective(ch) if ix.makespan(ch) <= D * (1 + 1e-9) else None
     bound = getattr(mi, "mip_dual_bound", None)
     best = min(x for x in (fast.energy_j, inc) if x is not None)
-    return {"case": p.name.split(":")[-1], "tasks": ix.n, "options": ix.k[0],
+    optimal = mi.status == 0 and inc is not None
+    return {"case": p.name.split(":")[-1], "deadline": deadline, "tasks": ix.n, "options": ix.k[0],
             "fast_energy_j": fast.energy_j, "fast_bound_j": fast.lower_bound_j,
             "fast_gap_pct": 100 * fast.gap, "fast_wall_s": fast.wall_s,
             "transport_lp_j": float(lp.fun), "transport_lp_s": lp_s,
-            "milp_incumbent_j": inc, "milp_bound_j": bound, "milp_s": mi_s,
+            "milp_incumbent_j": inc, "milp_bound_j": bound, "milp_s": mi_s, "milp_optimal": optimal,
+            "optimum_over_transport_lp_pct": 100 * (inc / lp.fun - 1) if optimal else None,
             "fast_vs_milp_incumbent_pct": 100 * (fast.energy_j / inc - 1) if inc else None,
             "best_plan_over_transport_lp_pct": 100 * (best / lp.fun - 1),
             "fast_bound_below_transport_lp_pct": 100 * (1 - fast.lower_bound_j / lp.fun)}
+
+
+def neighbourhood_case(p: Problem, milp_s: float, deadline: str, radius: int) -> dict:
+    """HiGHS's MILP restricted to the options within ``radius`` clock steps of the fast plan's
+    (it may move every task at once, which the fast method's one-path moves cannot): how much
+    cheaper a plan lies next to ours. Its bound holds for that neighbourhood only, and a run
+    that ends on the time limit depends on the machine's speed."""
+    D = p.deadline_s(deadline)
+    ix = p.index
+    fast = solve(p, D, method="fast")
+    ch = [t.option for t in fast.tasks]
+    allowed = [np.arange(max(0, c - radius), min(k, c + radius + 1)) for c, k in zip(ch, ix.k)]
+    c, A, lo, hi, ub, integ, xo = exact_model(p, D, allowed)
+    t0 = time.perf_counter()
+    mi = milp(c, constraints=LinearConstraint(A, lo, hi), integrality=integ,
+              bounds=Bounds(np.zeros_like(ub), ub), options={"time_limit": milp_s, "disp": False})
+    mi_s = time.perf_counter() - t0
+    inc = None
+    if mi.x is not None:
+        new = decode(mi.x, xo, allowed)
+        inc = ix.objective(new) if ix.makespan(new) <= D * (1 + 1e-9) else None
+    best = min(fast.energy_j, inc if inc is not None else np.inf)
+    return {"case": p.name.split(":")[-1], "deadline": deadline, "tasks": ix.n, "options": ix.k[0],
+            "radius": radius, "fast_energy_j": fast.energy_j, "fast_gap_pct": 100 * fast.gap,
+            "fast_wall_s": fast.wall_s, "neighbourhood_energy_j": inc, "milp_s": round(mi_s, 1),
+            "milp_optimal": bool(mi.status == 0),
+            "best_vs_fast_pct": 100 * (best / fast.energy_j - 1),
+            "gap_with_best_pct": 100 * (best / fast.lower_bound_j - 1)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--milp-s", type=float, default=120.0, help="MILP time limit per case")
     ap.add_argument("--cases", default="4x8,8x8,16x16,8x32", help="stages x microbatches, comma-separated")
-    ap.add_argument("--out", default=str(ROOT / "experiments" / "results" / "switch_gap_study"))
+    ap.add_argument("--deadlines", default="1.05x", help="deadline factors, comma-separated")
+    ap.add_argument("--clock-step", type=int, default=3, help="keep every k-th of the 60 clocks")
+    ap.add_argument("--radius", type=int, default=None,
+                    help="instead: HiGHS on the options within this many clock steps of the fast plan")
+    ap.add_argument("--out", default=None, help="output stem (default results/switch_gap_study, "
+                    "or results/switch_gap_neighbourhood with --radius)")
     a = ap.parse_args()
+    stem = "switch_gap_study" if a.radius is None else "switch_gap_neighbourhood"
+    out = Path(a.out or ROOT / "experiments" / "results" / stem)
     tmp = Path(tempfile.mkdtemp(prefix="switch_gap_"))
     rows = []
     for case in a.cases.split(","):
         S, N = (int(x) for x in case.split("x"))
-        prof = thinned_profile(S, 3, tmp)
+        prof = thinned_profile(S, a.clock_step, tmp)
         p = load_perseus_profile(prof, P2P_W, N, transitions=ConstantTransition(1e-3, P2P_W * 1e-3))
-        rows.append(run_case(p, a.milp_s))
-        print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in rows[-1].items()}, flush=True)
-    out = Path(a.out)
+        for deadline in a.deadlines.split(","):
+            rows.append(run_case(p, a.milp_s, deadline) if a.radius is None
+                        else neighbourhood_case(p, a.milp_s, deadline, a.radius))
+            print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in rows[-1].items()}, flush=True)
     write_json_atomic(out.with_suffix(".json"), {"milp_s": a.milp_s, "rows": rows})
-    write_md(rows, a.milp_s, out.with_suffix(".md"))
+    write_md(rows, a.milp_s, out.with_suffix(".md"), neighbourhood=a.radius is not None)
     print(f"wrote {out.with_suffix('.md')}")
 
 
@@ -175,23 +226,40 @@ is better); `best_plan_over_transport_lp_pct` = the better of the two plans abov
 relaxation of the exact model; `milp_bound_over_transport_lp_pct` = how far HiGHS's branch
 and bound lifted the bound above that LP; `fast_bound_below_transport_lp_pct` = how far our
 bound is below it. With a bound no stronger than that LP, no proven gap can be smaller than
-`best_plan_over_transport_lp_pct` unless some method finds a better plan."""
+`best_plan_over_transport_lp_pct` unless some method finds a better plan. `milp_optimal`:
+HiGHS proved its plan optimal within `milp_s` (to its default relative gap, 0.01 %); then
+`optimum_over_transport_lp_pct` is the optimum's excess over that LP, the smallest gap any
+plan can prove with an LP-class bound."""
 
 
-def write_md(rows: list[dict], milp_s: float, path: Path) -> None:
-    """The markdown table of :func:`run_case` rows."""
-    for r in rows:
-        lp = r["transport_lp_j"]
-        r["milp_bound_over_transport_lp_pct"] = (100 * (r["milp_bound_j"] / lp - 1)
-                                                 if r.get("milp_bound_j") is not None else None)
-    cols = ["case", "tasks", "options", "fast_gap_pct", "fast_wall_s", "fast_vs_milp_incumbent_pct",
-            "best_plan_over_transport_lp_pct", "milp_bound_over_transport_lp_pct",
-            "fast_bound_below_transport_lp_pct"]
+NEIGHBOURHOOD_NOTES = """HiGHS's MILP over the options within `radius` clock steps of the fast plan's, every task
+free at once, started cold. `best_vs_fast_pct` = the better plan against the fast plan
+(negative: a cheaper plan lies next to ours); `gap_with_best_pct` = the gap the fast method's
+own bound would prove for it. The neighbourhood MILP's bound holds for the neighbourhood
+only, and a run that ends on the time limit depends on the machine."""
+
+
+def write_md(rows: list[dict], milp_s: float, path: Path, neighbourhood: bool = False) -> None:
+    """The markdown table of :func:`run_case` (or :func:`neighbourhood_case`) rows."""
+    if neighbourhood:
+        cols = ["case", "deadline", "tasks", "options", "radius", "fast_gap_pct", "milp_s",
+                "milp_optimal", "best_vs_fast_pct", "gap_with_best_pct"]
+        notes = NEIGHBOURHOOD_NOTES
+    else:
+        for r in rows:
+            lp = r["transport_lp_j"]
+            r["milp_bound_over_transport_lp_pct"] = (100 * (r["milp_bound_j"] / lp - 1)
+                                                     if r.get("milp_bound_j") is not None else None)
+        cols = ["case", "deadline", "tasks", "options", "fast_gap_pct", "fast_wall_s",
+                "fast_vs_milp_incumbent_pct", "best_plan_over_transport_lp_pct",
+                "milp_bound_over_transport_lp_pct", "fast_bound_below_transport_lp_pct", "milp_optimal",
+                "optimum_over_transport_lp_pct"]
+        notes = NOTES
     fmt = lambda v: "" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))  # noqa: E731
-    lines = ["# switch_gap_study", "", __doc__.split("\n\n")[1].strip() + "\n" + __doc__.split("\n\n")[2].strip(),
-             "", f"MILP: HiGHS via scipy.optimize.milp, {milp_s:g} s per case.", "", NOTES, "",
+    lines = ["# " + path.stem, "", __doc__.split("\n\n")[1].strip() + "\n" + __doc__.split("\n\n")[2].strip(),
+             "", f"MILP: HiGHS via scipy.optimize.milp, {milp_s:g} s per case.", "", notes, "",
              "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(fmt(r[c]) for c in cols) + " |" for r in rows]
+    lines += ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows]
     write_text_atomic(path, "\n".join(lines) + "\n")
 
 

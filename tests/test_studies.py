@@ -121,3 +121,37 @@ def test_steady_state_rounding_on_the_bundled_pipeline():
     assert r["cycles"] == sum(8 - min(4 - s - 1, 8) for s in range(4))
     assert r["lp_bound_j"] > 0 and np.isfinite(r["loss_j"])
     assert r["loss_pct"] == pytest.approx(100 * r["loss_j"] / r["lp_bound_j"], abs=1e-2)
+
+
+def test_switch_gap_milp_is_exact_and_its_neighbourhood_never_worse():
+    # The MILP the gap study trusts equals brute force; restricted to one option per task it
+    # prices that plan; the neighbourhood search never reports a plan worse than ours.
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from switch_gap_study import decode, exact_model, neighbourhood_case
+
+    from solvers import ConstantTransition, one_f_one_b
+    from solvers.brute import brute_force
+
+    opts = [dict(time_s=t, energy_j=e, s_w=10.0, sm_clock_mhz=c)
+            for t, e, c in ((1.0, 30.0, 1980), (1.2, 26.0, 1600), (1.5, 24.0, 1200))]
+    scale = {(s, i): 1 + 0.1 * s + (i == "backward") for s in range(2) for i in ("forward", "backward")}
+    p = one_f_one_b(2, 2, lambda s, i: [dict(o, time_s=o["time_s"] * scale[s, i], energy_j=o["energy_j"] * scale[s, i])
+                                         for o in opts], 10.0, ConstantTransition(0.1, 2.0))
+    ix = p.index
+    D = p.deadline_s("1.15x")
+    best_ch, best_e = brute_force(p, D)
+
+    def run(allowed):
+        c, A, lo, hi, ub, integ, xo = exact_model(p, D, allowed)
+        r = milp(c, constraints=LinearConstraint(A, lo, hi), integrality=integ,
+                 bounds=Bounds(np.zeros_like(ub), ub))
+        al = allowed or [np.arange(k) for k in ix.k]
+        return r.fun, decode(r.x, xo, [np.asarray(a) for a in al])
+
+    fun, ch = run(None)
+    assert fun == pytest.approx(best_e) and ix.objective(ch) == pytest.approx(best_e)
+    assert ix.makespan(ch) <= D * (1 + 1e-9)
+    fun, ch = run([np.array([c]) for c in best_ch])
+    assert list(ch) == list(best_ch) and fun == pytest.approx(best_e)
+    r = neighbourhood_case(p, 10.0, "1.15x", 1)
+    assert r["best_vs_fast_pct"] <= 1e-9 and r["gap_with_best_pct"] >= -1e-9
