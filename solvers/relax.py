@@ -578,10 +578,10 @@ class FastResult:
 
 def interpolate(p: Problem, fast: np.ndarray, slow: np.ndarray,
                 order: str = "ratio") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Plans between two plans (no switch costs: neither is counted): starting from ``slow``, switch the tasks
-    that differ to their ``fast`` option in order of Δcost/Δtime (``order="ratio"``) or of
-    their start in ``slow``'s schedule (``"start"``); returns (choices [k × n], makespans,
-    energies) of every prefix, evaluated in one batch."""
+    """Plans between two plans, switch costs not counted (callers use it only without them):
+    starting from ``slow``, switch the tasks that differ to their ``fast`` option in order of
+    Δcost/Δtime (``order="ratio"``) or of their start in ``slow``'s schedule (``"start"``);
+    returns (choices [k × n], makespans, energies) of every prefix, evaluated in one batch."""
     ix = p.index
     diff = np.flatnonzero(fast != slow)
     if diff.size == 0:
