@@ -14,10 +14,13 @@ lies above the strongest LP bound: a proven gap can never be smaller than that w
 LP-class bound, however good the plan.
 
 It answers whether the remaining gap of the fast method lies in its plan or in LP-class
-bounds. Takes about (cases × milp-s) seconds.
+bounds. With ``--radius R`` it runs instead HiGHS on the options within R clock steps of the
+fast plan's (:func:`neighbourhood_case`): is there a cheaper plan next to ours? Takes about
+(cases × deadlines × milp-s) seconds.
 
     python experiments/switch_gap_study.py --milp-s 120
-    python experiments/switch_gap_study.py --cases 2x4,3x6 --deadlines 1.05x,1.2x --milp-s 300
+    python experiments/switch_gap_study.py --cases 2x4,4x4,3x6 --deadlines 1.05x,1.2x --milp-s 240
+    python experiments/switch_gap_study.py --cases 4x8 --clock-step 1 --radius 4 --milp-s 150
 """
 
 from __future__ import annotations
@@ -204,6 +207,8 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="output stem (default results/switch_gap_study, "
                     "or results/switch_gap_neighbourhood with --radius)")
     a = ap.parse_args()
+    if a.clock_step < 1 or (a.radius is not None and a.radius < 0):
+        ap.error("--clock-step must be >= 1 and --radius >= 0")
     stem = "switch_gap_study" if a.radius is None else "switch_gap_neighbourhood"
     out = Path(a.out or ROOT / "experiments" / "results" / stem)
     tmp = Path(tempfile.mkdtemp(prefix="switch_gap_"))
