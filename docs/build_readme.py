@@ -244,7 +244,7 @@ Each is one command and writes its table (`.md`, `.json`) and figure to `experim
 | `python experiments/h200_composition.py` | real H200 composites vs predictions (table below) | `../shared/data/h200` |
 | `python experiments/protocol_precision.py` | naive vs tick-aligned windows (above) | simulated H200 |
 | `python experiments/bench_solvers.py` | our solvers vs lowtime 0.3.0 on Perseus-format profiles (table below) | shared profile generator |
-| `python experiments/switch_gap_study.py` | with 1 ms switches: our plan and bound vs HiGHS's MILP and the exact model's LP relaxation on 64–512-task pipelines (table below) | shared profile generator |
+| `python experiments/switch_gap_study.py` | with 1 ms switches: our plan and bound vs HiGHS's MILP and the exact model's LP relaxation on 64–512-task pipelines (table below), proven optima on smaller ones, and with `--radius` HiGHS's search next to our plan | shared profile generator |
 | `python experiments/steady_state_rounding.py` | with 1 ms switches: what holding discrete clocks in the LP's own steady-state cycles costs over the LP (0.2–0.5 % of the bound on 8×32 and 16×64) | shared profile generator |
 
 Real H200, composed predictions vs direct measurements (σ = standard error of the mean):
@@ -273,9 +273,20 @@ relaxation of the exact model (the best bound an LP or Lagrangian method can giv
 
 On every case the best plan found — ours, or HiGHS's after 60 s — is 0.4–0.9 % above that
 LP, HiGHS's branch and bound lifts the bound by at most 0.03 %, and our bound is 0.07–0.09 %
-below the LP. A 0.5 % proven gap with switch costs therefore needs plans that neither method
-finds or a bound stronger than any LP relaxation of the model; the distance grows with the
-length of the steady state (8×32 vs 16×16). `experiments/steady_state_rounding.py` shows why:
+below the LP. Pipelines small enough for HiGHS to finish (`--cases 2x4,4x4,3x6 --deadlines
+1.05x,1.2x --milp-s 240`, `results/switch_gap_optimum.md`) split the gap in two. The optimum
+itself lies 0.08–0.38 % above the LP, so no LP-class bound proves less there. Our plan lies
+0.09–0.21 % above HiGHS's best. With all 60 clocks, HiGHS on the ±4-clock neighbourhood of
+our 4×8 plan (`--cases 4x8 --clock-step 1 --radius 4 --deadlines 1.05x,1.2x`,
+`results/switch_gap_neighbourhood.md`) finds a plan 0.10 % cheaper at 1.2x (gap 0.32 % →
+0.22 %) in 150 s. The cheaper 4×8 plan we inspected (1.05x, from two 60 s rounds, the second
+around the first's plan: 0.15 % cheaper) moves the held clocks of every stage at once and
+switches 27 times instead of 32. Our one-path-at-a-time search cannot make that move: given
+5× or 21× its default budget on 4×8 at 1.05x, it ends at the same plan both times (0.43 %).
+On 16×64 that MILP, even at ±1 clock, ends 120 s with a plan 0.59 % dearer than ours
+(`--cases 16x64 --clock-step 1 --radius 1 --milp-s 120`). So a 0.5 % proven gap with switch
+costs needs both a search that moves many devices together and, probably, a bound stronger
+than any LP relaxation of the model. `experiments/steady_state_rounding.py` shows why:
 the LP fits every stage to the pipeline's common period (127.4 ms on 16×64 at 1.05x) with
 fractional clocks, while a plan must hold one of 60 discrete clocks per cycle (or pay two
 switch latencies). Rounding the LP's own steady state that way already costs 0.34 % of the
