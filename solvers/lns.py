@@ -441,7 +441,7 @@ def iterated_polish(p: Problem, choice: np.ndarray, deadline_s: float, budget_s:
     re-planned, and is kept when it costs less. Stops when the budget is spent (``work``
     units, :func:`kick_cost` and :func:`path_cost`, and ``budget_s`` seconds, or ``budget``);
     with a work limit that is reached first, ``seed`` makes the result reproducible."""
-    from .relax import relax
+    from .relax import relax_repeatedly
 
     ix = p.index
     budget = Budget.of(work, budget_s) if budget is None else budget
@@ -463,8 +463,7 @@ def iterated_polish(p: Problem, choice: np.ndarray, deadline_s: float, budget_s:
             budget.spend(kick_cost(p, tried=False))
             continue
         budget.spend(kick_cost(p, tried=True))
-        for _ in range(2):
-            new = relax(p, new, D)
+        new = relax_repeatedly(p, new, D, rounds=2)
         new = polish(p, new, D, alphas=(0.5,), paths=_touching(p, seg), cap=16, gcap=64, budget=budget)
         e = ix.objective(new)
         if e < best - 1e-9 * abs(best) and ix.makespan(new) <= D * (1 + 1e-12):

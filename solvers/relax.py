@@ -558,6 +558,18 @@ def relax(p: Problem, choice: np.ndarray, horizon_s: float) -> np.ndarray:
     return ch
 
 
+def relax_repeatedly(p: Problem, choice: np.ndarray, horizon_s: float, rounds: int = 3) -> np.ndarray:
+    """:func:`relax` applied until the plan stops changing, at most ``rounds`` times (one pass
+    can free float that the next uses)."""
+    ch = choice
+    for _ in range(rounds):
+        nxt = relax(p, ch, horizon_s)
+        if np.array_equal(nxt, ch):
+            break
+        ch = nxt
+    return ch
+
+
 #: Extra roundings tried without switch costs (LP time × (1 + slack), then crash): measured on
 #: 1F1B profiles they find cheaper plans than rounding every task down to the faster hull vertex.
 ROUNDING_SLACKS: tuple[float, ...] = (0.005,)
@@ -644,12 +656,7 @@ def _repaired(p: Problem, ch: np.ndarray, deadline_s: float, horizons: list[floa
             return None
     best, best_e = None, math.inf
     for horizon in sorted({min(max(h, ix.makespan(ch)), deadline_s) for h in horizons}):
-        c2 = ch
-        for _ in range(3):
-            c3 = relax(p, c2, horizon)
-            if np.array_equal(c3, c2):
-                break
-            c2 = c3
+        c2 = relax_repeatedly(p, ch, horizon)
         e = ix.objective(c2)
         if e < best_e:
             best, best_e = c2.copy(), e

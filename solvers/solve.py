@@ -26,7 +26,7 @@ from .dp import chain_order, solve_chain
 from .ilp import allowed_options, solve_ilp
 from .model import InfeasibleError, Problem, ProblemError
 from .plan import ParetoCurve, Plan, make_plan
-from .relax import HullLP, interpolate, polish_budget, relax, solve_fast
+from .relax import HullLP, interpolate, polish_budget, relax_repeatedly, solve_fast
 from .spdp import solve_sp, sp_tree
 
 METHODS = ("auto", "dp", "sp", "ilp", "fast", "brute")
@@ -257,12 +257,7 @@ def _refine_deadlines(problem: Problem, fast_res, k: int) -> list[float]:
 def _reuse_previous(problem: Problem, prev, cur, D: float):
     """The previous (tighter-deadline) plan, relaxed into the extra time, when that beats the
     plan found at ``D``: consecutive grid plans then share structure."""
-    ch = prev.choice
-    for _ in range(3):
-        nxt = relax(problem, ch, D)
-        if np.array_equal(nxt, ch):
-            break
-        ch = nxt
+    ch = relax_repeatedly(problem, prev.choice, D)
     e = problem.index.objective(ch)
     if e < cur.energy_j:
         return replace(cur, choice=ch, energy_j=float(e), lower_bound_j=min(cur.lower_bound_j, float(e)))
