@@ -606,27 +606,30 @@ class _Index:
             end[v] = s + dur[v]
         return start, end
 
+    @cached_property
+    def _levels(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per DAG level (device order included): its tasks and their predecessors, padded
+        with the index ``n`` (a column that stays 0)."""
+        level = [0] * self.n
+        preds = [list(self.preds[v]) + ([self.dev_prev[v]] if self.dev_prev[v] >= 0 else [])
+                 for v in range(self.n)]
+        for v in self.order:
+            level[v] = 1 + max((level[u] for u in preds[v]), default=-1)
+        width = max((len(x) for x in preds), default=0) or 1
+        pad = np.full((self.n, width), self.n)
+        for v, ps in enumerate(preds):
+            pad[v, :len(ps)] = ps
+        lv = []
+        for L in range(max(level) + 1):
+            idx = np.array([v for v in range(self.n) if level[v] == L])
+            lv.append((idx, pad[idx]))
+        return lv
+
     def batch_makespan(self, dur: np.ndarray) -> np.ndarray:
         """Makespans of many plans at once (rows of task durations; no switch latencies),
         processing the DAG level by level with numpy."""
-        lv = self.__dict__.get("_levels")
-        if lv is None:
-            level = [0] * self.n
-            preds = [list(self.preds[v]) + ([self.dev_prev[v]] if self.dev_prev[v] >= 0 else [])
-                     for v in range(self.n)]
-            for v in self.order:
-                level[v] = 1 + max((level[u] for u in preds[v]), default=-1)
-            width = max((len(x) for x in preds), default=0) or 1
-            pad = np.full((self.n, width), self.n)
-            for v, ps in enumerate(preds):
-                pad[v, :len(ps)] = ps
-            lv = []
-            for L in range(max(level) + 1):
-                idx = np.array([v for v in range(self.n) if level[v] == L])
-                lv.append((idx, pad[idx]))
-            self.__dict__["_levels"] = lv
         end = np.zeros((dur.shape[0], self.n + 1))
-        for idx, pp in lv:
+        for idx, pp in self._levels:
             end[:, idx] = end[:, pp].max(axis=2) + dur[:, idx]
         return end[:, :self.n].max(axis=1)
 
