@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "experiments"))
 
+from _common import markdown_table  # noqa: E402
 from bench_solvers import P2P_W, make_profile  # noqa: E402
 
 from frontier.io import write_json_atomic, write_text_atomic  # noqa: E402
@@ -264,10 +265,9 @@ def write_md(rows: list[dict], milp_s: float, path: Path, neighbourhood: bool = 
         notes = NOTES
     fmt = lambda v: "" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))  # noqa: E731
     lines = ["# " + path.stem, "", __doc__.split("\n\n")[1].strip() + "\n" + __doc__.split("\n\n")[2].strip(),
-             "", f"MILP: HiGHS via scipy.optimize.milp, {milp_s:g} s per case.", "", notes, "",
-             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows]
-    write_text_atomic(path, "\n".join(lines) + "\n")
+             "", f"MILP: HiGHS via scipy.optimize.milp, {milp_s:g} s per case.", "", notes, ""]
+    table = markdown_table(cols, [[fmt(r.get(c)) for c in cols] for r in rows])
+    write_text_atomic(path, "\n".join(lines) + "\n" + table)
 
 
 if __name__ == "__main__":
