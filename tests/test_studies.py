@@ -128,15 +128,12 @@ def test_switch_gap_milp_is_exact_and_its_neighbourhood_never_worse():
     # prices that plan; the neighbourhood search never reports a plan worse than ours.
     from scipy.optimize import Bounds, LinearConstraint, milp
     from switch_gap_study import decode, exact_model, neighbourhood_case
+    from test_lns import pipeline
 
-    from solvers import ConstantTransition, one_f_one_b
+    from solvers import ConstantTransition
     from solvers.brute import brute_force
 
-    opts = [dict(time_s=t, energy_j=e, s_w=10.0, sm_clock_mhz=c)
-            for t, e, c in ((1.0, 30.0, 1980), (1.2, 26.0, 1600), (1.5, 24.0, 1200))]
-    scale = {(s, i): 1 + 0.1 * s + (i == "backward") for s in range(2) for i in ("forward", "backward")}
-    p = one_f_one_b(2, 2, lambda s, i: [dict(o, time_s=o["time_s"] * scale[s, i], energy_j=o["energy_j"] * scale[s, i])
-                                         for o in opts], 10.0, ConstantTransition(0.1, 2.0))
+    p = pipeline(ConstantTransition(0.1, 2.0), stages=2, mb=2)
     ix = p.index
     D = p.deadline_s("1.15x")
     best_ch, best_e = brute_force(p, D)
