@@ -222,8 +222,9 @@ def main() -> None:
             rows.append(run_case(p, a.milp_s, deadline) if a.radius is None
                         else neighbourhood_case(p, a.milp_s, deadline, a.radius))
             print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in rows[-1].items()}, flush=True)
-    write_json_atomic(out.with_suffix(".json"), {"milp_s": a.milp_s, "rows": rows})
-    write_md(rows, a.milp_s, out.with_suffix(".md"), neighbourhood=a.radius is not None)
+            # after every case (each may take minutes): an interrupted run keeps what it measured
+            write_json_atomic(out.with_suffix(".json"), {"milp_s": a.milp_s, "rows": rows})
+            write_md(rows, a.milp_s, out.with_suffix(".md"), neighbourhood=a.radius is not None)
     print(f"wrote {out.with_suffix('.md')}")
 
 
@@ -254,10 +255,8 @@ def write_md(rows: list[dict], milp_s: float, path: Path, neighbourhood: bool = 
                 "milp_optimal", "milp_plan_vs_fast_pct", "best_vs_fast_pct", "gap_with_best_pct"]
         notes = NEIGHBOURHOOD_NOTES
     else:
-        for r in rows:
-            lp = r["transport_lp_j"]
-            r["milp_bound_over_transport_lp_pct"] = (100 * (r["milp_bound_j"] / lp - 1)
-                                                     if r.get("milp_bound_j") is not None else None)
+        rows = [dict(r, milp_bound_over_transport_lp_pct=None if r.get("milp_bound_j") is None
+                     else 100 * (r["milp_bound_j"] / r["transport_lp_j"] - 1)) for r in rows]
         cols = ["case", "deadline", "tasks", "options", "fast_gap_pct", "fast_wall_s",
                 "fast_vs_milp_incumbent_pct", "best_plan_over_transport_lp_pct",
                 "milp_bound_over_transport_lp_pct", "fast_bound_below_transport_lp_pct", "milp_optimal",
