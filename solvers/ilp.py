@@ -3,7 +3,11 @@
 Compact "mode + start time" model: binary x[v,a] (task v uses option a), continuous start S_v
 and makespan M ≤ D; minimise P_total·M + Σ cost·x + Σ switch extra. Switches between
 consecutive same-device tasks use the tight *transportation* linearisation (continuous
-y[a,b] with row sums x[u,a] and column sums x[w,b]), which is integral whenever x is.
+y[a,b] with row sums x[u,a] and column sums x[w,b]), which is integral whenever x is. Where
+every switch on a pair costs the same (a :class:`~solvers.model.ConstantTransition`, the usual
+case), the pair instead gets one continuous z per operating point, z_ω ≥ X_u,ω − X_w,ω
+(solver-notes §4's cheaper special case, per ω): the same LP bound as the transport matrix
+(both price a switch at c·Σ_ω max(0, X_u,ω − X_w,ω)) with K instead of K² columns.
 Options that cannot meet the deadline given critical-path bounds with the fastest options are
 fixed out; without switches, options dominated in (T, effective energy) are dropped too.
 
@@ -20,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .model import Problem, SolverUnavailableError
+from .model import Problem, SolverUnavailableError, constant_switch
 
 # CBC first: PuLP 3.3.2's in-process HiGHS (highspy 1.16) was seen to answer "not solved" and
 # then fail every later solve in the same process; HiGHS is used where CBC is absent (PuLP 4).
@@ -173,16 +177,19 @@ def _bounds_without_tau(ix, fast, horizon: float | None = None):
     return es, lf
 
 
-def solve_ilp(p: Problem, deadline_s: float, time_limit_s: float | None = 60.0, gap_rel: float = 0.0,
-              warm_start: list[int] | np.ndarray | None = None, solver: str | None = None,
-              fallback_bound_j: float = -math.inf) -> ILPResult:
-    """Solve the compact MILP at ``deadline_s``; ``warm_start`` is an incumbent choice."""
+def build_model(p: Problem, deadline_s: float, allowed: list[list[int]] | None = None,
+                relaxed: bool = False, transport: bool = False):
+    """The MILP at ``deadline_s`` as ``(pulp.LpProblem, x, S, M)`` (x[v][a]: task v uses
+    option a), over each task's ``allowed`` options (default :func:`allowed_options`).
+    ``relaxed`` makes x continuous (the LP relaxation); ``transport`` uses the full transport
+    matrix even where switch costs are constant (to compare the two linearisations)."""
     import pulp
 
     ix = p.index
-    allowed = allowed_options(p, deadline_s)
+    allowed = allowed_options(p, deadline_s) if allowed is None else allowed
     prob = pulp.LpProblem("ecal_plan", pulp.LpMinimize)
-    x = [{a: _var(prob, f"x_{v}_{a}", 0, 1, "Binary") for a in allowed[v]} for v in range(ix.n)]
+    cat = "Continuous" if relaxed else "Binary"
+    x = [{a: _var(prob, f"x_{v}_{a}", 0, 1, cat) for a in allowed[v]} for v in range(ix.n)]
     S = [_var(prob, f"S_{v}", 0, deadline_s, "Continuous") for v in range(ix.n)]
     M = _var(prob, "M", 0, deadline_s, "Continuous")
     dur = [pulp.lpSum(float(ix.time[v][a]) * xv for a, xv in x[v].items()) for v in range(ix.n)]
@@ -197,7 +204,22 @@ def solve_ilp(p: Problem, deadline_s: float, time_limit_s: float | None = 60.0, 
         if u < 0:
             continue
         lat = 0
-        if ix.tau[w] is not None:
+        const = None if transport else constant_switch(p, u, w)
+        if const is not None:
+            tau0, ext0, groups_u, groups_w = const
+            z = []
+            for om, aa in groups_u.items():
+                if not any(a in x[u] for a in aa):
+                    continue
+                zv = _var(prob, f"z_{w}_{len(z)}", 0, 1, "Continuous")
+                prob += (zv >= pulp.lpSum(x[u][a] for a in aa if a in x[u])
+                         - pulp.lpSum(x[w][b] for b in groups_w.get(om, ()) if b in x[w])), f"z_{w}_{len(z)}"
+                z.append(zv)
+            sigma = pulp.lpSum(z)       # ≥ 1 exactly when ω changes (x integral), else can be 0
+            lat = tau0 * sigma if tau0 > 0 else 0
+            if ext0 > 0:
+                obj.append(ext0 * sigma)
+        elif ix.tau[w] is not None:
             tau, ext = ix.tau[w], ix.extra[w]
             # the full transport matrix, zero-cost pairs included: its marginals are x[u], x[w]
             y = {(a, b): _var(prob, f"y_{w}_{a}_{b}", 0, 1, "Continuous")
@@ -213,6 +235,16 @@ def solve_ilp(p: Problem, deadline_s: float, time_limit_s: float | None = 60.0, 
         if not ix.succs[v] and ix.dev_next[v] < 0:
             prob += M >= S[v] + dur[v], f"m_{v}"
     prob += pulp.lpSum(obj)
+    return prob, x, S, M
+
+
+def solve_ilp(p: Problem, deadline_s: float, time_limit_s: float | None = 60.0, gap_rel: float = 0.0,
+              warm_start: list[int] | np.ndarray | None = None, solver: str | None = None,
+              fallback_bound_j: float = -math.inf) -> ILPResult:
+    """Solve the compact MILP (:func:`build_model`) at ``deadline_s``; ``warm_start`` is an
+    incumbent choice."""
+    ix = p.index
+    prob, x, S, M = build_model(p, deadline_s)
     # Warm start: CBC's MIP start was seen to come back as an "optimal" solution violating
     # the deadline (PuLP 3.3.2), and a warm-started HiGHS solve (highspy 1.16 through PuLP
     # 3.3.2) returned "not solved" and left every later HiGHS solve in the process "not

@@ -681,3 +681,32 @@ class _Index:
         m = self.makespan(choice) if makespan_s is None else makespan_s
         c = sum(float(self.cost[i][choice[i]]) for i in range(self.n))
         return self.p_total * m + c + self.switch_extra(choice)[0]
+
+
+def constant_switch(p: Problem, u: int, w: int):
+    """``(time_s, extra_j, options of u by ω, options of w by ω)`` when every switch between
+    consecutive tasks ``u`` → ``w`` costs the same time and extra energy (and staying on one ω
+    costs nothing), else None (no switch cost on the pair, or costs that depend on the pair
+    of operating points)."""
+    ix = p.index
+    tau, ext = ix.tau[w], ix.extra[w]
+    if tau is None:
+        return None
+    om_u = [o.omega.dev for o in p.tasks[u].options]
+    om_w = [o.omega.dev for o in p.tasks[w].options]
+    ids: dict = {}
+    iu = np.array([ids.setdefault(om, len(ids)) for om in om_u])
+    iw = np.array([ids.setdefault(om, len(ids)) for om in om_w])
+    same = iu[:, None] == iw[None, :]
+    if same.all() or tau[same].any() or ext[same].any():
+        return None
+    diff_t, diff_e = tau[~same], ext[~same]
+    if np.ptp(diff_t) > 0 or np.ptp(diff_e) > 0:
+        return None
+    groups_u: dict = {}
+    groups_w: dict = {}
+    for a, om in enumerate(om_u):
+        groups_u.setdefault(om, []).append(a)
+    for b, om in enumerate(om_w):
+        groups_w.setdefault(om, []).append(b)
+    return float(diff_t[0]), float(diff_e[0]), groups_u, groups_w

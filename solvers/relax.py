@@ -16,6 +16,7 @@
    option its float allows.
 4. **With switch costs**: starts that meet the deadline as built are improved by exact path
    re-planning and iterated kicks (:mod:`solvers.lns`), and the bound also tries the duals of
+   the LP with constant switch costs where it is small (:mod:`solvers.switch_lp`), else of
    an LP that charges part of a switch on every device edge (:func:`switch_surrogate_duals`).
 """
 
@@ -33,6 +34,7 @@ from scipy.sparse import coo_matrix
 
 from .lns import Budget, iterated_polish, polish, windowed_rounding
 from .model import Problem
+from .switch_lp import switch_lp_duals
 
 
 def _quiet_highs(highspy):
@@ -675,7 +677,9 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
     (work units, so the plan is reproducible, and a wall-time cap of ``polish_s`` seconds,
     by default ``POLISH_S_PER_TASK`` per task, at most ``POLISH_S``; ``polish_s`` also scales
     the work; 0 turns the search off); when searching and ``surrogate_bound``, the bound also
-    tries the duals of :func:`switch_surrogate_duals` (one more LP solve: curves skip it)."""
+    tries the duals of the LP with switch costs (:func:`solvers.switch_lp.switch_lp_duals`
+    where it applies and is small, else :func:`switch_surrogate_duals`; one more LP solve:
+    curves skip it)."""
     ix = p.index
     lp = lp or HullLP(p)
     res = lp.solve(deadline_s)
@@ -685,11 +689,17 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
     bound = max(bound, fl.const_j + lag_val)
     work, cap = polish_budget(ix.n, polish_s) if ix.has_transitions else (0.0, 0.0)
     if work > 0 and cap > 0 and surrogate_bound:
-        # one more LP solve: worth it for a single plan, not per point of a curve
-        mu = switch_surrogate_duals(p, lp, deadline_s, SURROGATE_SHARE)
-        if mu is not None:
-            for m in (mu, 0.5 * (mu + res.duals)):
-                bound = max(bound, lagrangian_bound(p, lp, m, deadline_s)[0])
+        # one more LP solve: worth it for a single plan, not per point of a curve. Where it
+        # is small, the LP with constant switch costs (the transport LP's value); else the
+        # surrogate LP, which needs no more columns than the hull LP.
+        mu_sw = switch_lp_duals(p, lp.rows, deadline_s)
+        if mu_sw is not None:
+            bound = max(bound, lagrangian_bound(p, lp, mu_sw, deadline_s)[0])
+        else:
+            mu = switch_surrogate_duals(p, lp, deadline_s, SURROGATE_SHARE)
+            if mu is not None:
+                for m in (mu, 0.5 * (mu + res.duals)):
+                    bound = max(bound, lagrangian_bound(p, lp, m, deadline_s)[0])
     slacks = ROUNDING_SLACKS if slacks is None else slacks
     horizons = [res.makespan_s, deadline_s]
     if not ix.has_transitions:

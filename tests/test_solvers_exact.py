@@ -47,6 +47,19 @@ def n_shape(rng, k, tr=None):
 TR = ConstantTransition(0.2, 4.0)
 
 
+class ClockDistance:
+    """A switch cost that grows with the clock change: the MILP needs the transport matrix."""
+
+    def cost(self, frm, to):
+        if frm is None or frm == to:
+            return (0.0, 0.0)
+        df = abs(frm.sm_clock_mhz - to.sm_clock_mhz) / 1000.0
+        return (0.05 + 0.4 * df, 1.0 + 6.0 * df)
+
+
+TR_PAIR = ClockDistance()
+
+
 @pytest.mark.parametrize("seed", range(12))
 @pytest.mark.parametrize("tr", [None, TR])
 def test_chain_dp_equals_brute_force(seed, tr):
@@ -63,7 +76,7 @@ def test_chain_dp_equals_brute_force(seed, tr):
 
 
 @pytest.mark.parametrize("seed", range(8))
-@pytest.mark.parametrize("tr", [None, TR])
+@pytest.mark.parametrize("tr", [None, TR, TR_PAIR], ids=["free", "constant", "pair"])
 @pytest.mark.parametrize("kind", ["chain", "sp", "n", "random"])
 def test_ilp_and_fast_against_brute_force(seed, tr, kind):
     rng = np.random.default_rng(100 + seed)
@@ -177,3 +190,45 @@ def test_polish_keeps_deadline_and_never_worsens(seed):
     assert ix.makespan(ch) <= D * (1 + 1e-9)
     assert ix.objective(ch) <= ix.objective(start) * (1 + 1e-12)
     assert ix.objective(ch) >= e_opt * (1 - 1e-9)
+
+
+def test_constant_switch_is_detected_only_for_constant_costs():
+    from solvers.model import constant_switch
+
+    rng = np.random.default_rng(3)
+    for tr, want in ((TR, (0.2, 4.0 - 3.0 * 0.2)), (TR_PAIR, None)):
+        p = chain(rng, 3, 3, tr)
+        got = constant_switch(p, 0, 1)
+        if want is None:
+            assert got is None
+        else:
+            tau, extra, groups_u, groups_w = got
+            assert (tau, extra) == pytest.approx(want)      # extra = energy beyond idle power
+            assert sorted(a for aa in groups_u.values() for a in aa) == [0, 1, 2]
+            assert set(groups_u) == {o.omega.dev for o in p.tasks[0].options}
+            assert set(groups_w) == {o.omega.dev for o in p.tasks[1].options}
+    assert constant_switch(chain(rng, 3, 3, None), 0, 1) is None
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_constant_switch_linearisation_has_the_transport_lp_bound(seed):
+    """Per-ω z rows and the transport matrix give the same LP relaxation (both charge a
+    switch c·Σ_ω max(0, X_u,ω − X_w,ω)), and the same MILP optimum."""
+    import pulp
+
+    from solvers.ilp import build_model, make_solver
+
+    rng = np.random.default_rng(700 + seed)
+    tr = ConstantTransition(0.0, 4.0) if seed % 2 else TR           # energy-only switches too
+    p = random_dag(rng, int(rng.integers(5, 9)), 4, int(rng.integers(1, 3)), tr)
+    D = p.fastest_makespan_s() * rng.uniform(1.05, 1.4)
+    values = {}
+    for relaxed in (True, False):
+        for transport in (False, True):
+            prob = build_model(p, D, relaxed=relaxed, transport=transport)[0]
+            prob.solve(make_solver())
+            assert prob.status == pulp.LpStatusOptimal
+            values[relaxed, transport] = pulp.value(prob.objective)
+    assert values[True, False] == pytest.approx(values[True, True], rel=1e-7)
+    assert values[False, False] == pytest.approx(values[False, True], rel=1e-7)
+    assert values[False, False] == pytest.approx(brute_force(p, D)[1], rel=1e-7)
