@@ -246,6 +246,7 @@ Each is one command and writes its table (`.md`, `.json`) and figure to `experim
 | `python experiments/bench_solvers.py` | our solvers vs lowtime 0.3.0 on Perseus-format profiles (table below) | shared profile generator |
 | `python experiments/switch_gap_study.py` | with 1 ms switches: our plan and bound vs HiGHS's MILP and the exact model's LP relaxation on 64–512-task pipelines (table below), proven optima on smaller ones, and with `--radius` HiGHS's search next to our plan | shared profile generator |
 | `python experiments/steady_state_rounding.py` | with 1 ms switches: what holding discrete clocks in the LP's own steady-state cycles costs over the LP (0.2–0.5 % of the bound on 8×32 and 16×64) | shared profile generator |
+| `python experiments/bench_switch_lp.py` | constant switch costs with one column per clock instead of the transport matrix: the MILP proves 2×4 (60 clocks) optimal in 18 s instead of no proof in 120 s; the exact LP bound on 4×8–16×64 (`--large`), where our 16×64 plan is 0.69 % above it | shared profile generator |
 
 Real H200, composed predictions vs direct measurements (σ = standard error of the mean):
 
@@ -271,18 +272,21 @@ relaxation of the exact model (the best bound an LP or Lagrangian method can giv
 
 {gap_note}
 
-On every case the best plan found — ours, or HiGHS's after 60 s — is 0.4–0.9 % above that
-LP, HiGHS's branch and bound lifts the bound by at most 0.03 %, and our bound is 0.07–0.09 %
-below the LP. Pipelines small enough for HiGHS to finish (`--cases 2x4,4x4,3x6 --deadlines
-1.05x,1.2x --milp-s 240`, `results/switch_gap_optimum.md`) split the gap in two. The optimum
+On every case the best plan found — ours, or HiGHS's after 60 s — is 0.4–0.8 % above that
+LP, and HiGHS's branch and bound lifts the bound by at most 0.02 %. Our bound equals the LP
+on the two smaller cases (the fast method solves that LP itself there, see below) and is
+0.07 % below it on the 512-task ones. Pipelines small enough for HiGHS to finish (`--cases
+2x4,4x4,3x6 --deadlines 1.05x,1.2x --milp-s 240`, `results/switch_gap_optimum.md`) split the
+gap in two. The optimum
 itself lies 0.08–0.38 % above the LP, so no LP-class bound proves less there. Our plan lies
 0.09–0.21 % above HiGHS's best. With all 60 clocks, HiGHS on the ±4-clock neighbourhood of
 our 4×8 plan (`--cases 4x8 --clock-step 1 --radius 4 --deadlines 1.05x,1.2x`,
-`results/switch_gap_neighbourhood.md`) finds a plan 0.10 % cheaper at 1.2x (gap 0.32 % →
-0.22 %) in 150 s. The cheaper 4×8 plan we inspected (1.05x, from two 60 s rounds, the second
+`results/switch_gap_neighbourhood.md`) finds a plan 0.10 % cheaper at 1.2x (gap 0.27 % →
+0.16 %) in 150 s. The cheaper 4×8 plan we inspected (1.05x, from two 60 s rounds, the second
 around the first's plan: 0.15 % cheaper) moves the held clocks of every stage at once and
 switches 27 times instead of 32. Our one-path-at-a-time search cannot make that move: given
-5× or 21× its default budget on 4×8 at 1.05x, it ends at the same plan both times (0.43 %).
+5× or 21× its default budget on 4×8 at 1.05x, it ends at the same plan both times, only
+0.03 % cheaper than with its default budget.
 On 16×64 that MILP, even at ±1 clock, ends 120 s with a plan 0.59 % dearer than ours
 (`--cases 16x64 --clock-step 1 --radius 1 --milp-s 120`). So a 0.5 % proven gap with switch
 costs needs both a search that moves many devices together and, probably, a bound stronger
@@ -290,7 +294,20 @@ than any LP relaxation of the model. `experiments/steady_state_rounding.py` show
 the LP fits every stage to the pipeline's common period (127.4 ms on 16×64 at 1.05x) with
 fractional clocks, while a plan must hold one of 60 discrete clocks per cycle (or pay two
 switch latencies). Rounding the LP's own steady state that way already costs 0.34 % of the
-bound at 1.05x and 0.50 % at 1.2x (16×64; 8×32: 0.22 % and 0.43 %), before any ramp.
+bound at 1.05x and 0.50 % at 1.2x (16×64; 8×32: 0.22 % and 0.43 %), before any ramp. That
+is measured against the LP without switches; the LP with switches below already sees 0.24
+points of it on 16×64 at 1.05x.
+
+With constant switch costs the exact model's LP needs only one column per clock for each
+device pair (z_ω ≥ X_u,ω − X_w,ω, solver-notes §4) instead of the 60×60 transport matrix, and
+has the same value. Solved on 16×64 at 1.05x (`experiments/bench_switch_lp.py --large`,
+`results/bench_switch_lp.md`; 247 k columns, about 2 minutes), it is 49,690.9 J: our plan is 0.692 %
+above it and our bound 0.057 % below it. So 0.69 of the 0.75 points lie between our plan and
+the LP; even a perfect LP-class bound would prove no better than 0.69 % for this plan. The fast
+method uses this LP for its bound where it has at most 20,000 columns (the 4×8 example above at
+1.05x: gap 0.463 % → 0.368 %; with switches of 5 J and no latency: 1.525 % → 1.013 %), and the
+MILP uses the same rows (2×4 with 60 clocks: proven optimal in 18 s, where the transport
+matrix proves nothing in 120 s).
 
 ## Layout
 

@@ -262,7 +262,8 @@ def write_md(rows: list[dict], milp_s: float, path: Path, neighbourhood: bool = 
                 "milp_bound_over_transport_lp_pct", "fast_bound_below_transport_lp_pct", "milp_optimal",
                 "optimum_over_transport_lp_pct"]
         notes = NOTES
-    fmt = lambda v: "" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))  # noqa: E731
+    # round first so that a rounding error of -1e-14 prints as 0.000, not -0.000
+    fmt = lambda v: "" if v is None else (f"{round(v, 3) + 0.0:.3f}" if isinstance(v, float) else str(v))  # noqa: E731
     lines = ["# " + path.stem, "", __doc__.split("\n\n")[1].strip() + "\n" + __doc__.split("\n\n")[2].strip(),
              "", f"MILP: HiGHS via scipy.optimize.milp, {milp_s:g} s per case.", "", notes, ""]
     table = markdown_table(cols, [[fmt(r.get(c)) for c in cols] for r in rows])
