@@ -101,6 +101,7 @@ def switch_lp_duals(p: Problem, rows: list[tuple[int, int]], deadline_s: float,
     bounds[xoff[0]:, 1] = 1.0
     res = linprog(cost, A_ub=A_ub, b_ub=np.zeros(k), A_eq=A_eq, b_eq=np.ones(n),
                   bounds=bounds, method="highs-ipm")
-    if res.status != 0:
+    marginals = getattr(getattr(res, "ineqlin", None), "marginals", None)
+    if res.status != 0 or marginals is None:
         return None
-    return np.maximum(-np.asarray(res.ineqlin.marginals)[:len(rows)], 0.0)
+    return np.maximum(-np.asarray(marginals)[:len(rows)], 0.0)
