@@ -67,8 +67,7 @@ def switch_lp_duals(p: Problem, rows: list[tuple[int, int]], deadline_s: float,
         col += len(groups_u)
     cost = np.zeros(col)
     cost[n] = ix.p_total
-    for v in range(n):
-        cost[xoff[v]:xoff[v + 1]] = ix.cost[v]
+    cost[xoff[0]:xoff[-1]] = ix.cost_flat
     r, c, val = [], [], []
 
     def add(row, cols, vals):
@@ -92,16 +91,14 @@ def switch_lp_duals(p: Problem, rows: list[tuple[int, int]], deadline_s: float,
                 [1.0] * len(aa) + [-1.0] * len(bb) + [-1.0])
             k += 1
     A_ub = coo_matrix((val, (r, c)), shape=(k, col)).tocsr()
-    er = np.repeat(np.arange(n), ix.k)
     ec = np.arange(xoff[0], xoff[-1])
-    A_eq = coo_matrix((np.ones(ec.size), (er, ec)), shape=(n, col)).tocsr()
+    A_eq = coo_matrix((np.ones(ec.size), (ix.option_owner, ec)), shape=(n, col)).tocsr()
     bounds = np.zeros((col, 2))
     bounds[:, 1] = np.inf
     bounds[n, 1] = deadline_s
     bounds[xoff[0]:, 1] = 1.0
     res = linprog(cost, A_ub=A_ub, b_ub=np.zeros(k), A_eq=A_eq, b_eq=np.ones(n),
                   bounds=bounds, method="highs-ipm")
-    marginals = getattr(getattr(res, "ineqlin", None), "marginals", None)
-    if res.status != 0 or marginals is None:
+    if res.status != 0:
         return None
-    return np.maximum(-np.asarray(marginals)[:len(rows)], 0.0)
+    return np.maximum(-np.asarray(res.ineqlin.marginals)[:len(rows)], 0.0)
