@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "experiments"))
 
 from _common import RESULTS_DIR, markdown_table, write_text_atomic  # noqa: E402
-from bench_solvers import P2P_W, make_profile  # noqa: E402
+from bench_solvers import P2P_W, idle_priced_switch, make_profile  # noqa: E402
 
 from solvers import ConstantTransition, Problem, load_perseus_profile  # noqa: E402
 from solvers.ilp import build_model, make_solver  # noqa: E402
@@ -55,7 +55,7 @@ def layered_dag(seed: int, n: int = 40, k: int = 8, n_dev: int = 4) -> Problem:
 def pipeline(stages: int, microbatches: int, tmp: Path, switch_s: float = 1e-3) -> Problem:
     """1F1B on the benchmark profile (60 clocks) with a constant switch latency."""
     return load_perseus_profile(make_profile(stages, tmp), P2P_W, microbatches,
-                                transitions=ConstantTransition(switch_s, P2P_W * switch_s))
+                                transitions=idle_priced_switch(switch_s))
 
 
 def milp_row(name: str, p: Problem, deadline_s: float, transport: bool, limit_s: float) -> dict:

@@ -27,9 +27,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "experiments"))
 
 from _common import RESULTS_DIR, markdown_table, write_text_atomic  # noqa: E402
-from bench_solvers import P2P_W, make_profile  # noqa: E402
+from bench_solvers import P2P_W, idle_priced_switch, make_profile  # noqa: E402
 
-from solvers import ConstantTransition, load_perseus_profile  # noqa: E402
+from solvers import load_perseus_profile  # noqa: E402
 from solvers.pipeline import task_name  # noqa: E402
 from solvers.relax import HullLP  # noqa: E402
 
@@ -45,7 +45,7 @@ def hull_cost(lp: HullLP, v: int, time_s: float) -> float:
 def rounding_loss(stages: int, microbatches: int, switch_s: float, deadline: str, prof: Path) -> dict:
     """Steady-state rounding loss of one pipeline at one deadline (J and % of the LP bound)."""
     p = load_perseus_profile(prof, P2P_W, microbatches,
-                             transitions=ConstantTransition(switch_s, P2P_W * switch_s))
+                             transitions=idle_priced_switch(switch_s))
     ix = p.index
     D = p.deadline_s(deadline)
     lp = HullLP(p)

@@ -41,10 +41,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "experiments"))
 
 from _common import markdown_table  # noqa: E402
-from bench_solvers import P2P_W, make_profile  # noqa: E402
+from bench_solvers import P2P_W, idle_priced_switch, make_profile  # noqa: E402
 
 from frontier.io import write_json_atomic, write_text_atomic  # noqa: E402
-from solvers import ConstantTransition, load_perseus_profile, solve  # noqa: E402
+from solvers import load_perseus_profile, solve  # noqa: E402
 from solvers.model import Problem  # noqa: E402
 
 
@@ -217,7 +217,7 @@ def main() -> None:
     for case in a.cases.split(","):
         S, N = (int(x) for x in case.split("x"))
         prof = thinned_profile(S, a.clock_step, tmp)
-        p = load_perseus_profile(prof, P2P_W, N, transitions=ConstantTransition(1e-3, P2P_W * 1e-3))
+        p = load_perseus_profile(prof, P2P_W, N, transitions=idle_priced_switch(1e-3))
         for deadline in a.deadlines.split(","):
             rows.append(run_case(p, a.milp_s, deadline) if a.radius is None
                         else neighbourhood_case(p, a.milp_s, deadline, a.radius))
