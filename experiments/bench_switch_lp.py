@@ -90,6 +90,18 @@ def bound_row(name: str, p: Problem, deadline: str) -> dict:
             "switch_lp_s": round(lp_s, 1)}
 
 
+def write_md(milp: list[dict], bounds: list[dict], out: str) -> None:
+    """Both tables as far as they are measured (called after every row: a run that stops
+    early keeps what it measured)."""
+    doc = __doc__.split("\n", 1)[1].split("    python")[0].strip()
+    text = f"# bench_switch_lp\n\n{doc}\n"
+    for title, rows in (("MILP: transport matrix vs per-ω rows", milp),
+                        ("Bound: the fast method vs the switch LP", bounds)):
+        if rows:
+            text += f"\n## {title}\n\n" + markdown_table(list(rows[0]), [list(r.values()) for r in rows])
+    write_text_atomic(out, text)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--large", action="store_true", help="table 2 also on 16x64")
@@ -97,7 +109,8 @@ def main() -> None:
     ap.add_argument("--out", default=str(RESULTS_DIR / "bench_switch_lp.md"))
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench_switch_lp_"))
-    milp = []
+    milp: list[dict] = []
+    bounds: list[dict] = []
     cases = [(f"1F1B {s}x{m}, 1 ms @1.05x", pipeline(s, m, tmp)) for s, m in ((2, 4), (3, 6))]
     cases += [(f"layered DAG 40x8 seed {seed} @1.2x", layered_dag(seed)) for seed in (1, 2)]
     for name, p in cases:
@@ -105,19 +118,14 @@ def main() -> None:
         for transport in (True, False):
             milp.append(milp_row(name, p, D, transport, a.limit_s))
             print(milp[-1], flush=True)
-    bounds = []
+            write_md(milp, bounds, a.out)
     sizes = [(4, 8), (8, 32)] + ([(16, 64)] if a.large else [])
     for s, m in sizes:
         p = pipeline(s, m, tmp)
         for deadline in ("1.05x", "1.2x"):
             bounds.append(bound_row(f"1F1B {s}x{m}, 1 ms", p, deadline))
             print(bounds[-1], flush=True)
-    doc = __doc__.split("\n", 1)[1].split("    python")[0].strip()
-    text = (f"# bench_switch_lp\n\n{doc}\n\n## MILP: transport matrix vs per-ω rows\n\n"
-            + markdown_table(list(milp[0]), [list(r.values()) for r in milp])
-            + "\n## Bound: the fast method vs the switch LP\n\n"
-            + markdown_table(list(bounds[0]), [list(r.values()) for r in bounds]))
-    write_text_atomic(a.out, text)
+            write_md(milp, bounds, a.out)
     print(f"wrote {a.out}")
 
 
