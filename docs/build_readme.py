@@ -246,6 +246,7 @@ Each is one command and writes its table (`.md`, `.json`) and figure to `experim
 | `python experiments/bench_solvers.py` | our solvers vs lowtime 0.3.0 on Perseus-format profiles (table below) | shared profile generator |
 | `python experiments/switch_gap_study.py` | with 1 ms switches: our plan and bound vs HiGHS's MILP and the exact model's LP relaxation on 64–512-task pipelines (table below), proven optima on smaller ones, and with `--radius` HiGHS's search next to our plan | shared profile generator |
 | `python experiments/steady_state_rounding.py` | with 1 ms switches: what holding discrete clocks in the LP's own steady-state cycles costs over the LP (0.2–0.5 % of the bound on 8×32 and 16×64) | shared profile generator |
+| `python experiments/steady_state_holds.py` | with 1 ms switches: our plan against plans that hold one clock per stage (or two, with one switch) through the steady state; the best two-level one is within 0.1 % of ours; our search started from it ends about 0.05 points lower on 16×64 than the same search run again from our plan (gap 0.655 % instead of 0.70–0.71 %), far from the 0.5 % target | shared profile generator |
 | `python experiments/bench_switch_lp.py` | constant switch costs with one column per clock instead of the transport matrix: the MILP proves 2×4 (60 clocks) optimal in 18 s instead of no proof in 120 s; the exact LP bound on 4×8–16×64 (`--large`), where our 16×64 plan is 0.69 % above it | shared profile generator |
 
 Real H200, composed predictions vs direct measurements (σ = standard error of the mean):
@@ -297,6 +298,15 @@ switch latencies). Rounding the LP's own steady state that way already costs 0.3
 bound at 1.05x and 0.50 % at 1.2x (16×64; 8×32: 0.22 % and 0.43 %), before any ramp. That
 is measured against the LP without switches; the LP with switches below already sees 0.24
 points of it on 16×64 at 1.05x.
+Plans that simply hold one clock per stage through the steady state, keeping our warm-up and
+cool-down, are no way round this (`experiments/steady_state_holds.py`,
+`results/steady_state_holds.md`): the best one-level hold is 0.01–0.18 % dearer than our plan,
+and the best two-level hold (a slower common period for the first cycles, one switch per
+stage) is within −0.03…+0.08 % of it. Started from that two-level plan, our search ends at a
+0.655 % gap on 16×64 at both deadlines (49,989.7 J at 1.05x), against 0.712 % and 0.700 %
+when the same extra search starts from our plan: a better start, worth 0.05 points, not the
+0.19 % the target needs. The fast method does not build these starts itself (they rely on
+the 1F1B cycle structure, which `Problem` does not carry).
 
 With constant switch costs the exact model's LP needs only one column per clock for each
 device pair (z_ω ≥ X_u,ω − X_w,ω, solver-notes §4) instead of the 60×60 transport matrix, and

@@ -152,3 +152,31 @@ def test_switch_gap_milp_is_exact_and_its_neighbourhood_never_worse():
     assert list(ch) == list(best_ch) and fun == pytest.approx(best_e)
     r = neighbourhood_case(p, 10.0, "1.15x", 1)
     assert r["best_vs_fast_pct"] <= 1e-9 and r["gap_with_best_pct"] >= -1e-9
+
+
+def test_steady_state_holds_on_the_bundled_pipeline():
+    # hold plans keep the base outside the held cycles, fit their period, meet the deadline
+    import steady_state_holds as sh
+    from bench_solvers import P2P_W, idle_priced_switch
+
+    from solvers import load_perseus_profile
+    from solvers.relax import solve_fast
+
+    prof = Path(__file__).resolve().parents[1] / "ecal" / "examples" / "pipeline_4x8.csv"
+    p = load_perseus_profile(prof, P2P_W, 8, transitions=idle_priced_switch(1e-3))
+    D = p.deadline_s("1.2x")
+    base = solve_fast(p, D, polish_s=0.5).choice
+    h = sh.Holds(p, 4, 8, base, D)
+    assert h.levels and [lv[0] for lv in h.levels] == sorted(lv[0] for lv in h.levels)
+    for period, clocks in h.levels:
+        assert all(t[w] <= period * (1 + 1e-12) for t, w in zip(h.hold_s, clocks))
+    slow, fast = h.levels[-1][1], h.levels[0][1]
+    assert np.array_equal(h.plan(slow, fast, 3, 8, 0), base)        # every cycle skipped
+    ch = h.plan(slow, fast, 2, 1, 1)
+    for s, cyc in enumerate(h.cycles):
+        for j, pair in enumerate(cyc):
+            want = base[list(pair)] if j < 1 or j >= len(cyc) - 1 else [slow[s] if j < 2 else fast[s]] * 2
+            assert list(ch[list(pair)]) == list(want)
+    for e, c in h.best(1, 1):
+        if c is not None:
+            assert h.feasible(c) and e == pytest.approx(p.index.objective(c))
