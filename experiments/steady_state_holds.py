@@ -47,15 +47,16 @@ class Holds:
     """The steady-state cycles of a 1F1B problem and plans that hold clocks through them."""
 
     def __init__(self, p, stages: int, microbatches: int, base: np.ndarray, deadline_s: float):
-        self.ix, self.S, self.base, self.D = p.index, stages, np.asarray(base), deadline_s
+        self.ix, self.base, self.D = p.index, np.asarray(base), deadline_s
         ix = self.ix
         # cycle j of stage s: F(s, warm + j) then B(s, j), warm = S − s − 1
         self.cycles = [[(ix.pos[task_name(s, "forward", stages - s - 1 + j)],
                          ix.pos[task_name(s, "backward", j)])
                         for j in range(microbatches - (stages - s - 1))] for s in range(stages)]
         f, b = zip(*(c[len(c) // 2] for c in self.cycles))
-        # the profile gives F and B the same clock list, so option i is the same ω for both
-        assert all(ix.tau[v] is None or not np.diag(ix.tau[v]).any() for v in b)
+        # holding "option i" through F and B needs option i to be the same ω for both
+        if any(ix.tau[v] is None or np.diag(ix.tau[v]).any() for v in b):
+            raise ValueError("hold plans need switch costs and the same clock list for F and B")
         self.hold_s = [ix.time[u] + ix.time[v] for u, v in zip(f, b)]
         self.hold_j = [ix.cost[u] + ix.cost[v] for u, v in zip(f, b)]
         mid = np.median([h[base[v]] for h, v in zip(self.hold_s, b)])
@@ -86,6 +87,7 @@ class Holds:
         return ch
 
     def feasible(self, ch: np.ndarray) -> bool:
+        """Whether ``ch`` meets the deadline."""
         return self.ix.makespan(ch) <= self.D * (1 + 1e-9)
 
     def best(self, skip_first: int, skip_last: int, pair_span: int = 30) -> tuple[tuple, tuple]:
