@@ -32,6 +32,7 @@ import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
 
+from .hold import best_hold_start
 from .lns import Budget, iterated_polish, polish, windowed_rounding
 from .model import Problem
 from .switch_lp import switch_lp_duals
@@ -673,7 +674,9 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
     Without switch costs the LP rounding and its ``slacks`` variants (default
     ``ROUNDING_SLACKS``) are crashed to the deadline and relaxed. With switch costs, feasible
     starts that need no crash (:func:`_switch_starts`) are re-planned path by path and the
-    best is improved by iterated kicks (:mod:`solvers.lns`) within :func:`polish_budget`
+    best is improved by iterated kicks (:mod:`solvers.lns`), then ``HOLD_SHARE`` of the budget
+    goes on from it and from its hold start (:func:`solvers.hold.best_hold_start`), all within
+    :func:`polish_budget`
     (work units, so the plan is reproducible, and a wall-time cap of ``polish_s`` seconds,
     by default ``POLISH_S_PER_TASK`` per task, at most ``POLISH_S``; ``polish_s`` also scales
     the work; 0 turns the search off); when searching and ``surrogate_bound``, the bound also
@@ -713,7 +716,7 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
     search = None
     if work > 0 and cap > 0:
         budget = Budget.of(work, cap)
-        plans = _improve(p, plans, deadline_s, budget)
+        plans = _search(p, plans, deadline_s, budget)
         search = {"work_units": round(budget.used, 1), "work_budget": round(work, 1),
                   "time_cap_s": round(cap, 3), "capped_by_time": budget.capped}
     # every candidate is re-checked: the cheapest plan that meets the deadline is returned
@@ -769,6 +772,24 @@ def _switch_starts(p: Problem, fl: Flow, res: LPResult, deadline_s: float,
 
 #: Share of the polish time each of the first four starts gets before the best one goes on.
 PROBE_SHARE = 0.1
+#: Share of the search budget spent after :func:`solvers.hold.best_hold_start`.
+HOLD_SHARE = 0.5
+
+
+def _search(p: Problem, plans: list[np.ndarray], deadline_s: float, budget: Budget) -> list[np.ndarray]:
+    """:func:`_improve` the starts; where the first has a hold start (a steady middle, see
+    :mod:`solvers.hold`), only with ``1 − HOLD_SHARE`` of the budget, and the rest from the best
+    plan and its own hold start, which moves every device's held clock at once (the
+    path-by-path search cannot). Short schedules with nothing to hold keep the whole budget
+    for one search. Returns the plans, best first."""
+    if best_hold_start(p, plans[0], deadline_s) is None:
+        return _improve(p, plans, deadline_s, budget)
+    plans = _improve(p, plans, deadline_s,
+                     budget.part((1 - HOLD_SHARE) * budget.left, (1 - HOLD_SHARE) * budget.seconds_left()))
+    held = best_hold_start(p, plans[0], deadline_s)
+    if held is None:
+        return [iterated_polish(p, plans[0], deadline_s, budget=budget)] + plans
+    return _improve(p, [held, plans[0]], deadline_s, budget) + plans
 
 
 def _improve(p: Problem, plans: list[np.ndarray], deadline_s: float, budget: Budget) -> list[np.ndarray]:

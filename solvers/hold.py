@@ -1,0 +1,157 @@
+"""Hold starts: a plan's middle rebuilt so every device holds one or two clocks.
+
+With switch costs, the path-by-path search (:mod:`solvers.lns`) tracks a long pipeline's
+steady-state period by letting each device wobble between neighbouring clocks. It pays a switch
+latency each time. It cannot move every device's held clock at once. This module builds the
+start that does:
+- it keeps the plan's schedule outside a common time window (the ramps);
+- inside the window, each device with switch costs holds the cheapest operating point whose
+  busy time fits a common fraction ``q`` of what the plan spends there;
+- optionally, a slower level runs before a common split time and a faster one after, which
+  costs one switch per device.
+
+The level and the split are the largest that still meet the deadline. The search then
+polishes the result. On the 1F1B benchmark with 1 ms switches, splitting the search budget
+between the plan and this start lowers the proven gap at the same work
+(``experiments/bench_solvers.py``).
+
+Devices are compared by ratio to the plan's own busy time, not by absolute time. So the rule
+needs no pipeline structure: on a 1F1B pipeline it is the common cycle period; on other DAGs it
+is just one more start for the search to accept or drop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .model import Problem
+
+#: (start, end) of the held window as fractions of the plan's makespan; the cheapest start wins.
+HOLD_WINDOWS: tuple[tuple[float, float], ...] = ((0.3, 0.75), (0.3, 0.7), (0.4, 0.75), (0.2, 0.8))
+#: Held levels considered: busy-time ratios to the plan's within ±``HOLD_BAND``.
+HOLD_BAND = 0.03
+#: Slower levels paired with each of the three fastest feasible ones.
+HOLD_PAIRS = 10
+
+
+@dataclass(frozen=True)
+class _Core:
+    """One device's held tasks: their options by common ω (``option[i, k]``: option of task
+    ``tasks[i]`` at the k-th ω), busy-time ratio and effective energy per ω, and base starts."""
+
+    tasks: np.ndarray
+    option: np.ndarray
+    ratio: np.ndarray
+    cost_j: np.ndarray
+    start_s: np.ndarray
+
+
+def _cores(p: Problem, choice: np.ndarray, lo_s: float, hi_s: float) -> list[_Core]:
+    """The held tasks of every device with switch costs: those starting within
+    [``lo_s``, ``hi_s``] in ``choice``'s schedule, if at least two share some ω."""
+    ix = p.index
+    start, _, _ = ix.schedule(choice)
+    dur, tau = ix.durations(choice), ix.switch_tau(choice)
+    off, tflat = ix.time_flat
+    cflat = ix.cost_flat
+    out = []
+    for seq in ix.dev_seq.values():
+        if all(ix.tau[v] is None for v in seq):
+            continue
+        seq = np.asarray(seq)
+        core = seq[(start[seq] >= lo_s) & (start[seq] <= hi_s)]
+        if core.size < 2:
+            continue
+        by_omega = [{o.omega.dev: i for i, o in enumerate(p.tasks[v].options)} for v in core]
+        common = set(by_omega[0]).intersection(*by_omega[1:])
+        if not common:
+            continue
+        omegas = sorted(common, key=repr)
+        opt = np.array([[m[w] for w in omegas] for m in by_omega])
+        flat = off[core][:, None] + opt
+        busy_s = dur[core].sum() + tau[core[1:]].sum()    # latencies inside the window too
+        out.append(_Core(core, opt, tflat[flat].sum(axis=0) / busy_s, cflat[flat].sum(axis=0),
+                         start[core]))
+    return out
+
+
+def _levels(cores: list[_Core], band: float) -> list[tuple[int, ...]]:
+    """Distinct held assignments (an ω column per core), slowest-fitting first to last as the
+    common ratio ``q`` grows through ``1 ± band``: each core takes its cheapest ω whose ratio
+    is at most ``q`` (its fastest when none is)."""
+    qs = sorted({float(r) for c in cores for r in c.ratio if abs(r - 1) <= band})
+    out: list[tuple[int, ...]] = []
+    for q in qs:
+        pick = []
+        for c in cores:
+            ok = np.flatnonzero(c.ratio <= q * (1 + 1e-12))
+            pick.append(int(ok[np.argmin(c.cost_j[ok])]) if ok.size else int(np.argmin(c.ratio)))
+        if not out or out[-1] != tuple(pick):
+            out.append(tuple(pick))
+    return out
+
+
+def _apply(choice: np.ndarray, cores: list[_Core], slow, fast, split_s: float) -> np.ndarray:
+    """``choice`` with each core at its ``slow`` ω before ``split_s`` and ``fast`` after."""
+    ch = choice.copy()
+    for c, ks, kf in zip(cores, slow, fast):
+        ch[c.tasks] = np.where(c.start_s < split_s, c.option[:, ks], c.option[:, kf])
+    return ch
+
+
+def hold_start(p: Problem, choice, deadline_s: float, window: tuple[float, float] = HOLD_WINDOWS[0],
+               band: float = HOLD_BAND, pairs: int = HOLD_PAIRS) -> tuple[float, np.ndarray] | None:
+    """The cheapest plan that meets ``deadline_s`` (energy J, choice) built from ``choice`` by
+    holding clocks through ``window`` (fractions of its makespan), or None when no device with
+    switch costs has two tasks there sharing an ω, or no held level meets the deadline.
+
+    One level: the slowest common ratio that meets the deadline. Two levels: each of the three
+    fastest such levels after the ``pairs`` next slower ones, with the latest split that meets
+    the deadline (found by bisection over the held tasks' start times)."""
+    ix = p.index
+    choice = np.asarray(choice, dtype=int)
+    m = ix.makespan(choice)
+    cores = _cores(p, choice, window[0] * m, window[1] * m)
+    levels = _levels(cores, band) if cores else []
+    if not levels:
+        return None
+
+    def fits(ch: np.ndarray) -> bool:
+        return ix.makespan(ch) <= deadline_s * (1 + 1e-9)
+
+    lo, hi = -1, len(levels)         # slowest one-level hold that fits (bisection)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(_apply(choice, cores, levels[mid], levels[mid], 0.0)):
+            lo = mid
+        else:
+            hi = mid
+    if lo < 0:
+        return None
+    best_ch = _apply(choice, cores, levels[lo], levels[lo], 0.0)
+    best = ix.objective(best_ch)
+    splits = np.unique(np.concatenate([c.start_s for c in cores]))
+    for f in range(max(lo - 2, 0), lo + 1):
+        for s in range(lo + 1, min(lo + 1 + pairs, len(levels))):
+            a, b = 0, len(splits)    # latest split that fits; splits[0] holds no slow task
+            while b - a > 1:
+                mid = (a + b) // 2
+                if fits(_apply(choice, cores, levels[s], levels[f], splits[mid])):
+                    a = mid
+                else:
+                    b = mid
+            ch = _apply(choice, cores, levels[s], levels[f], splits[a])
+            if a and fits(ch):
+                e = ix.objective(ch)
+                if e < best:
+                    best, best_ch = e, ch
+    return best, best_ch
+
+
+def best_hold_start(p: Problem, choice, deadline_s: float,
+                    windows: tuple[tuple[float, float], ...] = HOLD_WINDOWS) -> np.ndarray | None:
+    """The cheapest :func:`hold_start` over ``windows`` (its choice), or None."""
+    found = [h for h in (hold_start(p, choice, deadline_s, w) for w in windows) if h is not None]
+    return min(found, key=lambda h: h[0])[1] if found else None
