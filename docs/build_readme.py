@@ -152,7 +152,7 @@ $ ecal pareto ecal/examples/pipeline_4x8.csv --plot pareto.png -o pareto.json
 
 A 1 ms clock switch here is priced at the stage's blocking power; the plan holds a clock where
 switching does not pay. For 2,048-task pipelines with switch costs the fast method's proven
-gap is about 0.75 % (see the benchmark below); without switch costs it is ≤ 0.3 %. With switch
+gap is about 0.71 % (see the benchmark below); without switch costs it is ≤ 0.3 %. With switch
 costs the fast method's search is budgeted in work (dynamic-programming labels and kicks), not
 seconds, so the same input gives the same plan on any machine; its wall-time cap (30 ms per
 task, 1–20 s, or `--time-limit-s`, which also scales the work) leaves the search about 1.7×
@@ -246,8 +246,8 @@ Each is one command and writes its table (`.md`, `.json`) and figure to `experim
 | `python experiments/bench_solvers.py` | our solvers vs lowtime 0.3.0 on Perseus-format profiles (table below) | shared profile generator |
 | `python experiments/switch_gap_study.py` | with 1 ms switches: our plan and bound vs HiGHS's MILP and the exact model's LP relaxation on 64–512-task pipelines (table below), proven optima on smaller ones, and with `--radius` HiGHS's search next to our plan | shared profile generator |
 | `python experiments/steady_state_rounding.py` | with 1 ms switches: what holding discrete clocks in the LP's own steady-state cycles costs over the LP (0.2–0.5 % of the bound on 8×32 and 16×64) | shared profile generator |
-| `python experiments/steady_state_holds.py` | with 1 ms switches: our plan against plans that hold one clock per stage (or two, with one switch) through the steady state; the best two-level one is within 0.1 % of ours; our search started from it ends about 0.05 points lower on 16×64 than the same search run again from our plan (gap 0.655 % instead of 0.70–0.71 %), far from the 0.5 % target | shared profile generator |
-| `python experiments/bench_switch_lp.py` | constant switch costs with one column per clock instead of the transport matrix: the MILP proves 2×4 (60 clocks) optimal in 18 s instead of no proof in 120 s; the exact LP bound on 4×8–16×64 (`--large`), where our 16×64 plan is 0.69 % above it | shared profile generator |
+| `python experiments/steady_state_holds.py` | with 1 ms switches: our plan against plans that hold one clock per stage (or two, with one switch) through the 1F1B steady state; none is cheaper (0.03–0.19 % dearer), and searching from the best ends within ±0.05 points of searching again from our plan | shared profile generator |
+| `python experiments/bench_switch_lp.py` | constant switch costs with one column per clock instead of the transport matrix: the MILP proves 2×4 (60 clocks) optimal in 14 s instead of no proof in 120 s; the exact LP bound on 4×8–16×64 (`--large`), where our 16×64 plan is 0.65 % above it | shared profile generator |
 
 Real H200, composed predictions vs direct measurements (σ = standard error of the mean):
 
@@ -264,17 +264,17 @@ Solvers vs lowtime (Perseus's solver) in one process, same profiles, same accoun
 Targets and where we stand: the 8×32 whole frontier runs ≥ 20× faster than lowtime with every
 grid point within 0.5 % of its bound; chains of 2,000 tasks × 60 options with switches solve
 exactly in seconds; 16×64 (2,048 tasks) with switch costs plans in under 30 s, with a proven
-gap of about 0.75 % against a 0.5 % target (`max_gap_pct`); `ours_worse_at` counts lowtime
+gap of about 0.71 % against a 0.5 % target (`max_gap_pct`); `ours_worse_at` counts lowtime
 deadlines where its plan beats ours.
 
-Why the switch case stops near 0.75 %: `experiments/switch_gap_study.py` solves smaller
+Why the switch case stops near 0.7 %: `experiments/switch_gap_study.py` solves smaller
 pipelines of the same kind (20 clocks, 1 ms switches) with HiGHS's MILP and with the LP
 relaxation of the exact model (the best bound an LP or Lagrangian method can give):
 
 {gap_note}
 
-On every case the best plan found — ours, or HiGHS's after 60 s — is 0.4–0.8 % above that
-LP, and HiGHS's branch and bound lifts the bound by at most 0.02 %. Our bound equals the LP
+On every case the best plan found — ours, or HiGHS's after 60 s — is 0.4–0.75 % above that
+LP, and HiGHS's branch and bound lifts the bound by at most 0.03 %. Our bound equals the LP
 on the two smaller cases (the fast method solves that LP itself there, see below) and is
 0.07 % below it on the 512-task ones. Pipelines small enough for HiGHS to finish (`--cases
 2x4,4x4,3x6 --deadlines 1.05x,1.2x --milp-s 240`, `results/switch_gap_optimum.md`) split the
@@ -282,13 +282,15 @@ gap in two. The optimum
 itself lies 0.08–0.38 % above the LP, so no LP-class bound proves less there. Our plan lies
 0.09–0.21 % above HiGHS's best. With all 60 clocks, HiGHS on the ±4-clock neighbourhood of
 our 4×8 plan (`--cases 4x8 --clock-step 1 --radius 4 --deadlines 1.05x,1.2x`,
-`results/switch_gap_neighbourhood.md`) finds a plan 0.10 % cheaper at 1.2x (gap 0.27 % →
+`results/switch_gap_neighbourhood.md`; measured before the hold starts below, which
+bring our own 1.2x gap to 0.240 %) finds a plan 0.10 % cheaper at 1.2x (gap 0.27 % →
 0.16 %) in 150 s. The cheaper 4×8 plan we inspected (1.05x, from two 60 s rounds, the second
 around the first's plan: 0.15 % cheaper) moves the held clocks of every stage at once and
-switches 27 times instead of 32. Our one-path-at-a-time search cannot make that move: given
+switches 27 times instead of 32. The path-by-path search alone cannot make that move: given
 5× or 21× its default budget on 4×8 at 1.05x, it ends at the same plan both times, only
-0.03 % cheaper than with its default budget.
-On 16×64 that MILP, even at ±1 clock, ends 120 s with a plan 0.59 % dearer than ours
+0.03 % cheaper than with its default budget (the hold starts below make such moves, where a
+schedule is long enough to have a steady middle).
+On 16×64 that MILP, even at ±1 clock, ends 120 s with a plan 0.59 % dearer than our plan then
 (`--cases 16x64 --clock-step 1 --radius 1 --milp-s 120`). So a 0.5 % proven gap with switch
 costs needs both a search that moves many devices together and, probably, a bound stronger
 than any LP relaxation of the model. `experiments/steady_state_rounding.py` shows why:
@@ -298,25 +300,29 @@ switch latencies). Rounding the LP's own steady state that way already costs 0.3
 bound at 1.05x and 0.50 % at 1.2x (16×64; 8×32: 0.22 % and 0.43 %), before any ramp. That
 is measured against the LP without switches; the LP with switches below already sees 0.24
 points of it on 16×64 at 1.05x.
-Plans that simply hold one clock per stage through the steady state, keeping our warm-up and
-cool-down, are no way round this (`experiments/steady_state_holds.py`,
-`results/steady_state_holds.md`): the best one-level hold is 0.01–0.18 % dearer than our plan,
-and the best two-level hold (a slower common period for the first cycles, one switch per
-stage) is within −0.03…+0.08 % of it. Started from that two-level plan, our search ends at a
-0.655 % gap on 16×64 at both deadlines (49,989.7 J at 1.05x), against 0.712 % and 0.700 %
-when the same extra search starts from our plan: a better start, worth 0.05 points, not the
-0.19 % the target needs. The fast method does not build these starts itself (they rely on
-the 1F1B cycle structure, which `Problem` does not carry).
+The fast method now makes the move that search lacks (`solvers/hold.py`): after half of its
+search budget it rebuilds the best plan's middle (a common window of the schedule) so that
+every device with switch costs holds one clock, or a slower one and then a faster one, at the
+slowest common busy-time ratio that meets the deadline, and spends the other half searching
+from that start and from the plan. At the same work this lowers the proven gap on 8×32 from
+0.659 % / 0.615 % to 0.566 % / 0.571 % (1.05x / 1.2x) and on 16×64 from 0.748 % / 0.729 % to
+0.706 % / 0.714 %. A pipeline-specific version of the same idea
+(`experiments/steady_state_holds.py`, `results/steady_state_holds.md`: one or two held clocks
+per stage over the 1F1B cycles, every common period within ±3 %) finds no plan cheaper than
+the fast method's now: the best one-level hold is 0.10–0.19 % dearer, the best two-level
+0.03–0.11 % dearer, and searching from it ends within ±0.05 points of searching again from
+the plan. So holding is used up; the rest of the gap sits inside the steady state's wobble
+between neighbouring clocks, and in a bound no LP relaxation can raise.
 
 With constant switch costs the exact model's LP needs only one column per clock for each
 device pair (z_ω ≥ X_u,ω − X_w,ω, solver-notes §4) instead of the 60×60 transport matrix, and
 has the same value. Solved on 16×64 at 1.05x (`experiments/bench_switch_lp.py --large`,
-`results/bench_switch_lp.md`; 247 k columns, about 2 minutes), it is 49,690.9 J: our plan is 0.692 %
-above it and our bound 0.057 % below it. So 0.69 of the 0.75 points lie between our plan and
-the LP; even a perfect LP-class bound would prove no better than 0.69 % for this plan. The fast
+`results/bench_switch_lp.md`; 247 k columns, 1–2 minutes), it is 49,690.9 J: our plan is 0.649 %
+above it and our bound 0.057 % below it. So 0.65 of the 0.71 points lie between our plan and
+the LP; even a perfect LP-class bound would prove no better than 0.65 % for this plan. The fast
 method uses this LP for its bound where it has at most 20,000 columns (the 4×8 example above at
 1.05x: gap 0.463 % → 0.368 %; with switches of 5 J and no latency: 1.525 % → 1.013 %), and the
-MILP uses the same rows (2×4 with 60 clocks: proven optimal in 18 s, where the transport
+MILP uses the same rows (2×4 with 60 clocks: proven optimal in 14 s, where the transport
 matrix proves nothing in 120 s).
 
 ## Layout
@@ -326,7 +332,8 @@ frontier/     the algebra: OperatingPoint, Signature, seq/par/par_multi/dag, dev
               prefix-scan localization, Pareto frontiers and their composition, transitions,
               file formats (frontier/io.py documents them), plots
 solvers/      Problem/Plan, chain and series-parallel DP, MILP (PuLP: CBC or HiGHS), fast
-              hull-LP/Lagrangian method, path re-planning search for switch costs (lns.py),
+              hull-LP/Lagrangian method, path re-planning search for switch costs (lns.py)
+              and its hold starts (hold.py),
               pareto sweeps, 1F1B builder, Perseus import
 measure/      Device interface, NVML device, simulated H200, replay of recorded tables,
               green-context SM allocation, protocol, resumable sweeps, PlanApplier
