@@ -72,6 +72,8 @@ def _cores(p: Problem, choice: np.ndarray, lo_s: float, hi_s: float) -> list[_Co
         opt = np.array([[m[w] for w in omegas] for m in by_omega])
         flat = off[core][:, None] + opt
         busy_s = dur[core].sum() + tau[core[1:]].sum()    # latencies inside the window too
+        if busy_s <= 0:
+            continue
         out.append(_Core(core, opt, tflat[flat].sum(axis=0) / busy_s, cflat[flat].sum(axis=0),
                          start[core]))
     return out

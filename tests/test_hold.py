@@ -62,3 +62,20 @@ def test_a_deadline_no_level_meets_gives_none(example):
     p, _, base = example
     fastest = p.fastest_makespan_s()
     assert hold_start(p, base, fastest * 0.999) is None
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_hold_starts_on_random_dags_meet_the_deadline(seed):
+    # generic DAGs, constant and pair-dependent switch costs: a start, when there is one,
+    # is feasible, and the fast method's plan stays feasible and above its bound
+    from test_solvers_exact import ClockDistance, random_dag
+
+    rng = np.random.default_rng(seed)
+    p = random_dag(rng, 30, 4, 3, [TR, ClockDistance()][seed % 2])
+    for fac in ("1.05x", "1.5x"):
+        D = p.deadline_s(fac)
+        held = best_hold_start(p, p.index.fastest_choice(), D)
+        assert held is None or p.index.makespan(held) <= D * (1 + 1e-9)
+        fr = solve_fast(p, D, polish_s=0.2)
+        assert p.index.makespan(fr.choice) <= D * (1 + 1e-9)
+        assert fr.lower_bound_j <= fr.energy_j + 1e-9
