@@ -48,11 +48,11 @@ class _Core:
     start_s: np.ndarray
 
 
-def _cores(p: Problem, choice: np.ndarray, lo_s: float, hi_s: float) -> list[_Core]:
+def _cores(p: Problem, choice: np.ndarray, start: np.ndarray, lo_s: float, hi_s: float) -> list[_Core]:
     """The held tasks of every device with switch costs: those starting within
-    [``lo_s``, ``hi_s``] in ``choice``'s schedule, if at least two share some ω."""
+    [``lo_s``, ``hi_s``] in ``choice``'s schedule (``start``: its start times), if at least
+    two share some ω."""
     ix = p.index
-    start, _, _ = ix.schedule(choice)
     dur, tau = ix.durations(choice), ix.switch_tau(choice)
     off, tflat = ix.time_flat
     cflat = ix.cost_flat
@@ -114,8 +114,8 @@ def hold_start(p: Problem, choice, deadline_s: float, window: tuple[float, float
     the deadline (found by bisection over the held tasks' start times)."""
     ix = p.index
     choice = np.asarray(choice, dtype=int)
-    m = ix.makespan(choice)
-    cores = _cores(p, choice, window[0] * m, window[1] * m)
+    start, _, m = ix.schedule(choice)
+    cores = _cores(p, choice, start, window[0] * m, window[1] * m)
     levels = _levels(cores, band) if cores else []
     if not levels:
         return None
@@ -144,8 +144,8 @@ def hold_start(p: Problem, choice, deadline_s: float, window: tuple[float, float
                     a = mid
                 else:
                     b = mid
-            ch = _apply(choice, cores, levels[s], levels[f], splits[a])
-            if a and fits(ch):
+            if a:                    # the bisection saw splits[a] fit
+                ch = _apply(choice, cores, levels[s], levels[f], splits[a])
                 e = ix.objective(ch)
                 if e < best:
                     best, best_ch = e, ch
