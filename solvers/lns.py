@@ -221,12 +221,14 @@ def _chain_dp(w: PathWindow, cap: int, gcap: int) -> tuple[np.ndarray | None, in
             ol = [np.broadcast_to(np.arange(K)[None, :], ff.shape).ravel()]
             bl = [np.broadcast_to(G[:, None], ff.shape).ravel()]
             if link is not None:
-                # keeping the option (no switch) from any label, even one thinned away above
+                # keeping the clock (a free transition) from any label, even one thinned away
+                # above; by the cost matrix, not by index: the two tasks' option lists may
+                # differ in length and order
                 tau, ext = link
-                idx = np.flatnonzero((tau[po, po] == 0) & (ext[po, po] == 0))
-                fl.append(np.maximum(rel[po[idx]], pf[idx]) + T[po[idx]])
-                cl.append(pc[idx] + C[po[idx]])
-                ol.append(po[idx])
+                idx, nxt = np.nonzero(((tau == 0) & (ext == 0))[po])
+                fl.append(np.maximum(rel[nxt], pf[idx]) + T[nxt])
+                cl.append(pc[idx] + C[nxt])
+                ol.append(nxt)
                 bl.append(idx)
             f, c, o, b = (np.concatenate(x) for x in (fl, cl, ol, bl))
         made += f.size

@@ -265,3 +265,43 @@ def test_curve_with_energy_only_switch_costs_claims_only_achievable_energy():
         assert pl.energy_j >= optimum(pl.deadline_s) - 1e-9
     for D in np.linspace(c.deadlines_s[0], c.deadlines_s[-1], 23):
         assert c.energy_at(float(D)) >= optimum(D) - 1e-9
+
+
+def _clock_opts(clocks, scale=1.0):
+    table = {1980: (1.0, 30.0), 1600: (1.2, 26.0), 1200: (1.5, 24.0)}
+    return [dict(time_s=scale * table[c][0], energy_j=scale * table[c][1], s_w=10.0, sm_clock_mhz=c)
+            for c in clocks]
+
+
+@pytest.mark.parametrize("slack", [1.0, 1.15, 1.4])
+def test_device_neighbours_with_different_option_lists(slack):
+    """Consecutive tasks on a device may list different clocks, in other orders: the chain DP
+    must match options by their switch cost, not by index (this crashed when a task with one
+    option followed one with three)."""
+    from solvers import Problem, solve
+
+    tasks = [("a", "gpu0", _clock_opts([1980, 1600, 1200])),
+             ("b", "gpu0", _clock_opts([1600], 2.0)),
+             ("c", "gpu0", _clock_opts([1200, 1980, 1600])),
+             ("d", "gpu0", _clock_opts([1980, 1200])),
+             ("x", "gpu1", _clock_opts([1980, 1200], 3.0))]
+    p = Problem.build(tasks, [("a", "b"), ("b", "c"), ("c", "d"), ("x", "d")], {"gpu0": 5.0, "gpu1": 5.0},
+                      ConstantTransition(0.05, 1.0))
+    ix = p.index
+    D = p.fastest_makespan_s() * slack
+    best = solve(p, D, method="brute")
+    fast = solve(p, D, method="fast")
+    assert fast.makespan_s <= D * (1 + 1e-9)
+    assert fast.lower_bound_j <= best.energy_j * (1 + 1e-9) <= fast.energy_j * (1 + 2e-9)
+    # the device chain's window against enumeration, from the fastest plan's schedule
+    ch = ix.fastest_choice()
+    start, end, _ = ix.schedule(ch)
+    path = ix.dev_seq["gpu0"]
+    want, arg = _brute_path(p, path, ch, start, end - start, D)
+    got = chain_dp(path_window(p, path, ch, start, end - start, D, tol_s=1e-12 * D), cap=10**6, gcap=10**6)
+    assert (got is None) == (arg is None)
+    if got is not None:
+        new = ch.copy()
+        new[path] = got
+        cost = lambda c: sum(ix.cost[v][c[v]] for v in range(ix.n)) + ix.switch_extra(c)[0]  # noqa: E731
+        assert cost(new) == pytest.approx(want, rel=1e-12, abs=1e-9)

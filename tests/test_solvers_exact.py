@@ -232,3 +232,29 @@ def test_constant_switch_linearisation_has_the_transport_lp_bound(seed):
     assert values[True, False] == pytest.approx(values[True, True], rel=1e-7)
     assert values[False, False] == pytest.approx(values[False, True], rel=1e-7)
     assert values[False, False] == pytest.approx(brute_force(p, D)[1], rel=1e-7)
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_every_method_brackets_brute_force_when_tasks_list_different_clocks(seed):
+    """Tasks with 1–4 of 9 clocks each (so device neighbours differ in option count and
+    order), chains and random DAGs, no, constant and clock-distance switch costs: every method
+    meets the deadline, its bound is below the optimum and its plan not below it; the exact ones
+    find it. (Unequal option lists used to crash the fast method's path search and the MILP
+    it warm-starts.)"""
+    rng = np.random.default_rng(1000 + seed)
+    n, n_dev = int(rng.integers(2, 7)), int(rng.integers(1, 3))
+    tasks = [(f"t{i}", f"g{i % n_dev}", _options(rng, int(rng.integers(1, 5)), rng.uniform(0.5, 1.5)))
+             for i in range(n)]
+    if seed % 3 == 0:
+        edges = [(f"t{i}", f"t{i + 1}") for i in range(n - 1)]
+    else:
+        edges = [(f"t{i}", f"t{j}") for i in range(n) for j in range(i + 1, n) if rng.random() < 0.35]
+    p = Problem.build(tasks, edges, {f"g{j}": 3.0 for j in range(n_dev)}, [None, TR, TR_PAIR][seed % 3])
+    D = p.fastest_makespan_s() * rng.uniform(1.0, 1.5)
+    _, best = brute_force(p, D)
+    for method in ("auto", "fast", "ilp"):
+        plan = solve(p, D, method=method)
+        assert plan.makespan_s <= D * (1 + 1e-9)
+        assert plan.lower_bound_j <= best * (1 + 1e-9) <= plan.energy_j * (1 + 2e-9)
+        if method == "ilp":
+            assert plan.energy_j == pytest.approx(best, rel=1e-6)
