@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .model import Problem
+from .model import Problem, Task
 
 #: (start, end) of the held window as fractions of the plan's makespan; the cheapest start wins.
 HOLD_WINDOWS: tuple[tuple[float, float], ...] = ((0.3, 0.75), (0.3, 0.7), (0.4, 0.75), (0.2, 0.8))
@@ -34,6 +34,10 @@ HOLD_WINDOWS: tuple[tuple[float, float], ...] = ((0.3, 0.75), (0.3, 0.7), (0.4, 
 HOLD_BAND = 0.03
 #: Slower levels paired with each of the three fastest feasible ones.
 HOLD_PAIRS = 10
+#: A re-plan screens levels from the slowest that fits the plan to ``1 + REPLAN_SPAN`` times it.
+REPLAN_SPAN = 0.02
+#: Levels screened by the held problem's hull LP for a re-plan (one LP solve each).
+REPLAN_LEVELS = 24
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,18 @@ def _apply(choice: np.ndarray, cores: list[_Core], slow, fast, split_s: float) -
     return ch
 
 
+def _slowest_fit(choice: np.ndarray, cores: list[_Core], levels: list[tuple[int, ...]], fits) -> int:
+    """Index of the slowest one-level hold of ``choice`` that ``fits`` (bisection), or -1."""
+    lo, hi = -1, len(levels)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(_apply(choice, cores, levels[mid], levels[mid], 0.0)):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
 def hold_start(p: Problem, choice, deadline_s: float, window: tuple[float, float] = HOLD_WINDOWS[0],
                band: float = HOLD_BAND, pairs: int = HOLD_PAIRS) -> tuple[float, np.ndarray] | None:
     """The cheapest plan that meets ``deadline_s`` (energy J, choice) built from ``choice`` by
@@ -123,13 +139,7 @@ def hold_start(p: Problem, choice, deadline_s: float, window: tuple[float, float
     def fits(ch: np.ndarray) -> bool:
         return ix.makespan(ch) <= deadline_s * (1 + 1e-9)
 
-    lo, hi = -1, len(levels)         # slowest one-level hold that fits (bisection)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if fits(_apply(choice, cores, levels[mid], levels[mid], 0.0)):
-            lo = mid
-        else:
-            hi = mid
+    lo = _slowest_fit(choice, cores, levels, fits)
     if lo < 0:
         return None
     best_ch = _apply(choice, cores, levels[lo], levels[lo], 0.0)
@@ -152,8 +162,73 @@ def hold_start(p: Problem, choice, deadline_s: float, window: tuple[float, float
     return best, best_ch
 
 
+def best_hold(p: Problem, choice, deadline_s: float,
+              windows: tuple[tuple[float, float], ...] = HOLD_WINDOWS) -> tuple[np.ndarray, tuple[float, float]] | None:
+    """The cheapest :func:`hold_start` over ``windows``: (its choice, its window), or None."""
+    found = [(h[0], h[1], w) for w in windows if (h := hold_start(p, choice, deadline_s, w)) is not None]
+    if not found:
+        return None
+    _, ch, w = min(found, key=lambda h: h[0])
+    return ch, w
+
+
 def best_hold_start(p: Problem, choice, deadline_s: float,
                     windows: tuple[tuple[float, float], ...] = HOLD_WINDOWS) -> np.ndarray | None:
     """The cheapest :func:`hold_start` over ``windows`` (its choice), or None."""
-    found = [h for h in (hold_start(p, choice, deadline_s, w) for w in windows) if h is not None]
-    return min(found, key=lambda h: h[0])[1] if found else None
+    found = best_hold(p, choice, deadline_s, windows)
+    return None if found is None else found[0]
+
+
+@dataclass(frozen=True)
+class HeldProblem:
+    """``problem`` is the original with every held task reduced to its held option;
+    ``fixed`` maps those tasks (original index) to that option. Tasks keep their order, so a
+    choice for ``problem`` is one for the original once :meth:`expand` restores the held ones."""
+
+    problem: Problem
+    fixed: dict[int, int]
+
+    def expand(self, choice) -> np.ndarray:
+        """The original problem's choice: held tasks at their held option, others as given."""
+        ch = np.asarray(choice, dtype=int).copy()
+        for v, k in self.fixed.items():
+            ch[v] = k
+        return ch
+
+
+def held_problem_values(p: Problem, cores: list[_Core], level: tuple[int, ...]) -> dict[int, int]:
+    """Held task (index in ``p``) → its option at ``level`` (one ω column per core)."""
+    return {int(v): int(c.option[i, k]) for c, k in zip(cores, level) for i, v in enumerate(c.tasks)}
+
+
+def held_problem(p: Problem, cores: list[_Core], level: tuple[int, ...]) -> HeldProblem:
+    """``p`` with each core's tasks held at its ω column ``level[i]``."""
+    fixed = held_problem_values(p, cores, level)
+    tasks = tuple(Task(t.name, t.device, (t.options[fixed[v]],)) if v in fixed else t
+                  for v, t in enumerate(p.tasks))
+    return HeldProblem(p.with_(tasks=tasks, name=f"{p.name} (held)"), fixed)
+
+
+def replan_levels(p: Problem, choice, deadline_s: float, window: tuple[float, float],
+                  span: float = REPLAN_SPAN, count: int = REPLAN_LEVELS) -> tuple[list[_Core], list[tuple[int, ...]]]:
+    """Candidate levels for a re-plan around a hold in ``window``: up to ``count`` held
+    assignments spread evenly from the slowest one-level hold that fits ``choice``'s own ramps
+    to ratio ``1 + span`` times it, slower ones included (a re-plan speeds the ramps up to pay
+    for them). Returns (cores, levels, fastest first); no levels when nothing can be held."""
+    ix = p.index
+    choice = np.asarray(choice, dtype=int)
+    start, _, m = ix.schedule(choice)
+    cores = _cores(p, choice, start, window[0] * m, window[1] * m)
+    levels = _levels(cores, HOLD_BAND) if cores else []
+    lo = _slowest_fit(choice, cores, levels, lambda ch: ix.makespan(ch) <= deadline_s * (1 + 1e-9)) if levels else -1
+    if lo < 0:
+        return cores, []
+    q0 = _ratio(cores, levels[lo])
+    cand = [i for i in range(lo, len(levels)) if _ratio(cores, levels[i]) <= q0 * (1 + span) * (1 + 1e-12)]
+    pick = np.unique(np.linspace(0, len(cand) - 1, min(count, len(cand))).round().astype(int))
+    return cores, [levels[cand[i]] for i in pick]
+
+
+def _ratio(cores: list[_Core], level: tuple[int, ...]) -> float:
+    """The common ratio a level stands for: the largest of its cores' ratios."""
+    return max(float(c.ratio[k]) for c, k in zip(cores, level))

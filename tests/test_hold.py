@@ -8,8 +8,16 @@ from test_lns import pipeline
 from test_solvers_exact import TR
 
 from solvers import ConstantTransition, load_perseus_profile, one_f_one_b
-from solvers.hold import HOLD_WINDOWS, best_hold_start, hold_start
-from solvers.relax import solve_fast
+from solvers.hold import (
+    HOLD_WINDOWS,
+    best_hold_start,
+    held_problem,
+    held_problem_values,
+    hold_start,
+    replan_levels,
+)
+from solvers.lns import Budget
+from solvers.relax import REPLAN_WINDOW, HullLP, _replan_hold, solve_fast
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "ecal" / "examples" / "pipeline_4x8.csv"
 
@@ -79,3 +87,63 @@ def test_hold_starts_on_random_dags_meet_the_deadline(seed):
         fr = solve_fast(p, D, polish_s=0.2)
         assert p.index.makespan(fr.choice) <= D * (1 + 1e-9)
         assert fr.lower_bound_j <= fr.energy_j + 1e-9
+
+
+@pytest.fixture(scope="module")
+def longer():
+    """The bundled profile with 16 microbatches (a longer steady middle) at 1.05x, 1 ms switches,
+    a briefly searched plan and the levels a re-plan screens."""
+    p = load_perseus_profile(EXAMPLE, 75.0, 16, transitions=ConstantTransition(1e-3, 0.075))
+    D = p.deadline_s("1.05x")
+    base = solve_fast(p, D, polish_s=0.5).choice
+    cores, levels = replan_levels(p, base, D, REPLAN_WINDOW)
+    return p, D, base, cores, levels
+
+
+def test_held_problem_keeps_order_and_expands_to_the_held_options(longer):
+    p, D, base, cores, levels = longer
+    assert len(levels) >= 2 and cores
+    hp = held_problem(p, cores, levels[1])
+    q = hp.problem
+    assert [t.name for t in q.tasks] == [t.name for t in p.tasks]
+    assert hp.fixed == held_problem_values(p, cores, levels[1])
+    for v, k in hp.fixed.items():
+        assert q.tasks[v].options == (p.tasks[v].options[k],)
+    ch = hp.expand(np.zeros(q.index.n, dtype=int))
+    assert all(ch[v] == k for v, k in hp.fixed.items())
+    assert q.index.objective(np.zeros(q.index.n, dtype=int)) == pytest.approx(p.index.objective(ch))
+
+
+def test_screening_lp_updated_in_place_equals_a_fresh_one(longer):
+    p, D, base, cores, levels = longer
+    ix = p.index
+    lp = HullLP(held_problem(p, cores, levels[0]).problem)
+    lp.solve(D)
+    for level in levels[1:4] + levels[:1]:
+        lp.set_single_options({v: (ix.time[v][k], ix.cost[v][k])
+                               for v, k in held_problem_values(p, cores, level).items()})
+        fresh = HullLP(held_problem(p, cores, level).problem).solve(D).bound_j
+        assert lp.solve(D).bound_j == pytest.approx(fresh, rel=1e-9)
+    free = next(v for v in range(ix.n) if v not in held_problem_values(p, cores, levels[0]) and ix.k[v] > 1)
+    with pytest.raises(ValueError, match="more than one"):
+        lp.set_single_options({free: (1.0, 1.0)})
+
+
+def test_replan_meets_the_deadline_and_holds_one_clock_per_device_in_its_window(longer):
+    p, D, base, cores, levels = longer
+    ix = p.index
+    ch = _replan_hold(p, base, D, REPLAN_WINDOW, Budget.of(2000, 30))
+    assert ch is not None
+    assert ix.makespan(ch) <= D * (1 + 1e-9)
+    assert ix.objective(ch) < ix.objective(base)     # measured: 3268.4 J against 3268.8 J
+    held = held_problem_values(p, cores, levels[0])
+    for seq in ix.dev_seq.values():
+        omegas = {p.tasks[v].options[ch[v]].omega.dev for v in seq if v in held}
+        assert len(omegas) <= 1
+
+
+def test_replan_spends_nothing_when_the_held_lp_cannot_beat_the_plan(example):
+    p, D, base = example            # 4x8 at 1.2x: every held problem's LP is above the plan
+    budget = Budget.of(2000, 30)
+    assert _replan_hold(p, base, D, REPLAN_WINDOW, budget) is None
+    assert budget.used == 0
