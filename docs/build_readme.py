@@ -90,7 +90,7 @@ and problem — and no output file is written), `130` interrupted (devices resto
 | `ecal frontier FILE` | Pareto frontier of each element in a signature file (`--criterion TE/Td/Tsd`), plot |
 | `ecal compose FILE` | predicted T and E ± σ and the Eq. 13 bias bound of compositions in a workbook |
 | `ecal check FILE` | Eq. 23: do measured composites agree with their predictions? |
-| `ecal plan WORKLOAD --deadline 1.05x` | minimum-energy operating point per task, with switching costs and a proven gap (`--method auto/dp/ilp/fast`; `--time-limit-s`: the MILP's limit, or the time cap of the fast method's search with switch costs, by default 30 ms per task between 1 and 20 s; its work budget scales with it) |
+| `ecal plan WORKLOAD --deadline 1.05x` | minimum-energy operating point per task, with switching costs and a proven gap (`--method auto/dp/ilp/fast`; `--time-limit-s`: the MILP's limit, or the time cap of the fast method's search with switch costs, by default 30 ms per task between 1 and 25 s; its work budget scales with it) |
 | `ecal pareto WORKLOAD` | the energy-vs-deadline curve, a plan and a gap per point |
 | `ecal import KIND PATH` | signatures from published data: `h200`, `nv-dvfs`, `zeus-trace`, `zeus-log`, `perseus` |
 | `ecal demo` | all of the above on the simulated H200 |
@@ -152,10 +152,10 @@ $ ecal pareto ecal/examples/pipeline_4x8.csv --plot pareto.png -o pareto.json
 
 A 1 ms clock switch here is priced at the stage's blocking power; the plan holds a clock where
 switching does not pay. For 2,048-task pipelines with switch costs the fast method's proven
-gap is about 0.71 % (see the benchmark below); without switch costs it is ≤ 0.3 %. With switch
+gap is about 0.57 % (see the benchmark below); without switch costs it is ≤ 0.3 %. With switch
 costs the fast method's search is budgeted in work (dynamic-programming labels and kicks), not
 seconds, so the same input gives the same plan on any machine; its wall-time cap (30 ms per
-task, 1–20 s, or `--time-limit-s`, which also scales the work) leaves the search about 1.7×
+task, 1–25 s, or `--time-limit-s`, which also scales the work) leaves the search about 1.7×
 headroom on this project's 2-core CI runner; when it does fire, the plan says so.
 
 ![Plan timeline](docs/plan.png)
@@ -246,8 +246,8 @@ Each is one command and writes its table (`.md`, `.json`) and figure to `experim
 | `python experiments/bench_solvers.py` | our solvers vs lowtime 0.3.0 on Perseus-format profiles (table below) | shared profile generator |
 | `python experiments/switch_gap_study.py` | with 1 ms switches: our plan and bound vs HiGHS's MILP and the exact model's LP relaxation on 64–512-task pipelines (table below), proven optima on smaller ones, and with `--radius` HiGHS's search next to our plan | shared profile generator |
 | `python experiments/steady_state_rounding.py` | with 1 ms switches: what holding discrete clocks in the LP's own steady-state cycles costs over the LP (0.2–0.5 % of the bound on 8×32 and 16×64) | shared profile generator |
-| `python experiments/steady_state_holds.py` | with 1 ms switches: our plan against plans that hold one clock per stage (or two, with one switch) through the 1F1B steady state; none is cheaper (0.03–0.19 % dearer), and searching from the best ends within ±0.05 points of searching again from our plan | shared profile generator |
-| `python experiments/bench_switch_lp.py` | constant switch costs with one column per clock instead of the transport matrix: the MILP proves 2×4 (60 clocks) optimal in 14 s instead of no proof in 120 s; the exact LP bound on 4×8–16×64 (`--large`), where our 16×64 plan is 0.65 % above it | shared profile generator |
+| `python experiments/steady_state_holds.py` | with 1 ms switches: our plan against plans that hold one clock per stage (or two, with one switch) through the 1F1B steady state; none is cheaper (0.01–0.18 % dearer), and searching from the best ends within 0.08 points of searching again from our plan | shared profile generator |
+| `python experiments/bench_switch_lp.py` | constant switch costs with one column per clock instead of the transport matrix: the MILP proves 2×4 (60 clocks) optimal in 15 s instead of no proof in 120 s; the exact LP bound on 4×8–16×64 (`--large`), where our 16×64 plan is 0.51 % above it | shared profile generator |
 
 Real H200, composed predictions vs direct measurements (σ = standard error of the mean):
 
@@ -264,17 +264,17 @@ Solvers vs lowtime (Perseus's solver) in one process, same profiles, same accoun
 Targets and where we stand: the 8×32 whole frontier runs ≥ 20× faster than lowtime with every
 grid point within 0.5 % of its bound; chains of 2,000 tasks × 60 options with switches solve
 exactly in seconds; 16×64 (2,048 tasks) with switch costs plans in under 30 s, with a proven
-gap of about 0.71 % against a 0.5 % target (`max_gap_pct`); `ours_worse_at` counts lowtime
+gap of about 0.57 % against a 0.5 % target (`max_gap_pct`); `ours_worse_at` counts lowtime
 deadlines where its plan beats ours.
 
-Why the switch case stops near 0.7 %: `experiments/switch_gap_study.py` solves smaller
+Why the switch case stops near 0.57 %: `experiments/switch_gap_study.py` solves smaller
 pipelines of the same kind (20 clocks, 1 ms switches) with HiGHS's MILP and with the LP
 relaxation of the exact model (the best bound an LP or Lagrangian method can give):
 
 {gap_note}
 
-On every case the best plan found — ours, or HiGHS's after 60 s — is 0.4–0.75 % above that
-LP, and HiGHS's branch and bound lifts the bound by at most 0.03 %. Our bound equals the LP
+On every case the best plan found — ours, or HiGHS's after 60 s — is 0.4–0.62 % above that
+LP, and HiGHS's branch and bound lifts the bound by at most 0.05 %. Our bound equals the LP
 on the two smaller cases (the fast method solves that LP itself there, see below) and is
 0.07 % below it on the 512-task ones. Pipelines small enough for HiGHS to finish (`--cases
 2x4,4x4,3x6 --deadlines 1.05x,1.2x --milp-s 240`, `results/switch_gap_optimum.md`) split the
@@ -282,48 +282,58 @@ gap in two. The optimum
 itself lies 0.08–0.38 % above the LP, so no LP-class bound proves less there. Our plan lies
 0.09–0.21 % above HiGHS's best. With all 60 clocks, HiGHS on the ±4-clock neighbourhood of
 our 4×8 plan (`--cases 4x8 --clock-step 1 --radius 4 --deadlines 1.05x,1.2x`,
-`results/switch_gap_neighbourhood.md`; measured before the hold starts below, which
-bring our own 1.2x gap to 0.240 %) finds a plan 0.10 % cheaper at 1.2x (gap 0.27 % →
-0.16 %) in 150 s. The cheaper 4×8 plan we inspected (1.05x, from two 60 s rounds, the second
-around the first's plan: 0.15 % cheaper) moves the held clocks of every stage at once and
-switches 27 times instead of 32. The path-by-path search alone cannot make that move: given
-5× or 21× its default budget on 4×8 at 1.05x, it ends at the same plan both times, only
-0.03 % cheaper than with its default budget (the hold starts below make such moves, where a
-schedule is long enough to have a steady middle).
-On 16×64 that MILP, even at ±1 clock, ends 120 s with a plan 0.59 % dearer than our plan then
-(`--cases 16x64 --clock-step 1 --radius 1 --milp-s 120`). So a 0.5 % proven gap with switch
-costs needs both a search that moves many devices together and, probably, a bound stronger
-than any LP relaxation of the model. `experiments/steady_state_rounding.py` shows why:
-the LP fits every stage to the pipeline's common period (127.4 ms on 16×64 at 1.05x) with
-fractional clocks, while a plan must hold one of 60 discrete clocks per cycle (or pay two
-switch latencies). Rounding the LP's own steady state that way already costs 0.34 % of the
-bound at 1.05x and 0.50 % at 1.2x (16×64; 8×32: 0.22 % and 0.43 %), before any ramp. That
-is measured against the LP without switches; the LP with switches below already sees 0.24
-points of it on 16×64 at 1.05x.
-The fast method now makes the move that search lacks (`solvers/hold.py`): after half of its
-search budget it rebuilds the best plan's middle (a common window of the schedule) so that
-every device with switch costs holds one clock, or a slower one and then a faster one, at the
-slowest common busy-time ratio that meets the deadline, and spends the other half searching
-from that start and from the plan. At the same work this lowers the proven gap on 8×32 from
-0.659 % / 0.615 % to 0.566 % / 0.571 % (1.05x / 1.2x) and on 16×64 from 0.748 % / 0.729 % to
-0.706 % / 0.714 %. A pipeline-specific version of the same idea
-(`experiments/steady_state_holds.py`, `results/steady_state_holds.md`: one or two held clocks
-per stage over the 1F1B cycles, every common period within ±3 %) finds no plan cheaper than
-the fast method's now: the best one-level hold is 0.10–0.19 % dearer, the best two-level
-0.03–0.11 % dearer, and searching from it ends within ±0.05 points of searching again from
-the plan. So holding is used up; the rest of the gap sits inside the steady state's wobble
-between neighbouring clocks, and in a bound no LP relaxation can raise.
+`results/switch_gap_neighbourhood.md`) finds a plan 0.09 % cheaper at 1.2x (gap 0.240 % →
+0.153 %) in 150 s, and none at 1.05x. On 16×64 that MILP, even at ±1 clock, ends 120 s with
+a plan 0.71 % dearer than ours (`--cases 16x64 --clock-step 1 --radius 1 --milp-s 120`).
+
+`experiments/steady_state_rounding.py` shows where the rest of the gap comes from: the LP fits
+every stage to the pipeline's common period (127.4 ms on 16×64 at 1.05x) with fractional
+clocks, while a plan must hold one of 60 discrete clocks per cycle (switching between forward
+and backward would cost two latencies a cycle). Rounding the LP's own steady state that way
+already costs 0.34 % of the bound at 1.05x and 0.50 % at 1.2x (16×64; 8×32: 0.22 % and
+0.43 %), before any ramp. That is measured against the LP without switches; the LP with
+switches below already sees 0.24 points of it on 16×64 at 1.05x. Every stage loses part of a
+clock step, whatever the common period, and a stage cannot mix two clocks across cycles
+either: each change costs a 1 ms latency on the critical path, more than the step gains.
+
+The fast method therefore works on the held steady state as a whole (`solvers/hold.py`).
+After half of its search budget it takes the best plan and
+1. builds its *hold start*: the plan's ramps kept, and in a common window of the schedule
+   every device with switch costs holds one clock (or a slower one and then a faster one) at
+   the slowest common busy-time ratio the ramps allow;
+2. *re-plans* around a hold: every device held at one level through 20–80 % of the makespan,
+   possibly slower than the ramps allow, and everything else planned again as a problem of
+   its own (hull LP, starts, search with a quarter of the budget), the ramps then running
+   faster to pay for it. The level is the one whose held problem has the lowest hull LP among
+   up to 24 candidates up to 2 % slower (warm re-solves, 0.03–0.1 s each on 16×64); the pick
+   ran 0.7–1.6 % slower than the slowest level that fits the plan's ramps. On 16×64 at 1.05x
+   the steady state then runs at 127.44 ms instead of the LP's 127.36 ms: several stages have a
+   clock just above the LP's period;
+3. spends the last quarter searching from the re-plan, the hold start and the plan.
+
+At the same work the re-plan lowers the proven gap on 16×64 from 0.706 % / 0.714 % to
+0.565 % / 0.568 % (1.05x / 1.2x) and on 8×32 from 0.566 % / 0.571 % to 0.410 % / 0.526 %
+(20 clocks, `switch_gap_study`: 0.807 % → 0.684 %). Where the held problem's LP is no
+cheaper than the plan (the bundled 4×8), nothing is re-planned and the budget goes to the
+search as before. A pipeline-specific check (`experiments/steady_state_holds.py`,
+`results/steady_state_holds.md`: one or two held clocks per stage over the 1F1B cycles, every
+common period within ±3 %, the plan's ramps kept) finds no plan cheaper than the fast
+method's: the best one-level hold is 0.02–0.18 % dearer, the best two-level 0.01–0.09 %, and
+searching from it ends within 0.08 points of searching again from the plan.
 
 With constant switch costs the exact model's LP needs only one column per clock for each
 device pair (z_ω ≥ X_u,ω − X_w,ω, solver-notes §4) instead of the 60×60 transport matrix, and
 has the same value. Solved on 16×64 at 1.05x (`experiments/bench_switch_lp.py --large`,
-`results/bench_switch_lp.md`; 247 k columns, 1–2 minutes), it is 49,690.9 J: our plan is 0.649 %
-above it and our bound 0.057 % below it. So 0.65 of the 0.71 points lie between our plan and
-the LP; even a perfect LP-class bound would prove no better than 0.65 % for this plan. The fast
-method uses this LP for its bound where it has at most 20,000 columns (the 4×8 example above at
-1.05x: gap 0.463 % → 0.368 %; with switches of 5 J and no latency: 1.525 % → 1.013 %), and the
-MILP uses the same rows (2×4 with 60 clocks: proven optimal in 14 s, where the transport
-matrix proves nothing in 120 s).
+`results/bench_switch_lp.md`; 247 k columns, 1–2 minutes), it is 49,690.9 J: our plan is 0.508 %
+above it and our bound 0.057 % below it (1.2x: 0.518 % and 0.051 %). With that LP as its bound
+this plan would prove 0.508 % / 0.518 %: the 0.5 % target is 0.01–0.02 % of energy away with a
+bound at the LP (which takes 1–2 minutes to solve here, too slow for a 30 s plan), and 0.07 %
+away with our own bound. A plain supergradient ascent on our Lagrangian bound (each evaluation
+takes 0.02 s on 16×64) did not lift it: the duals must stay a flow, and steps that leave it
+are punished by the slack terms. The fast method uses this LP for its bound where it has at most 20,000 columns (the 4×8
+example above at 1.05x: gap 0.463 % → 0.368 %; with switches of 5 J and no latency: 1.525 % →
+1.013 %), and the MILP uses the same rows (2×4 with 60 clocks: proven optimal in 15 s, where
+the transport matrix proves nothing in 120 s).
 
 ## Layout
 
@@ -333,7 +343,7 @@ frontier/     the algebra: OperatingPoint, Signature, seq/par/par_multi/dag, dev
               file formats (frontier/io.py documents them), plots
 solvers/      Problem/Plan, chain and series-parallel DP, MILP (PuLP: CBC or HiGHS), fast
               hull-LP/Lagrangian method, path re-planning search for switch costs (lns.py)
-              and its hold starts (hold.py),
+              and its hold starts and re-plans (hold.py),
               pareto sweeps, 1F1B builder, Perseus import
 measure/      Device interface, NVML device, simulated H200, replay of recorded tables,
               green-context SM allocation, protocol, resumable sweeps, PlanApplier

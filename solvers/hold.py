@@ -1,4 +1,4 @@
-"""Hold starts: a plan's middle rebuilt so every device holds one or two clocks.
+"""Hold starts and held re-plans: a plan's middle rebuilt so every device holds one or two clocks.
 
 With switch costs, the path-by-path search (:mod:`solvers.lns`) tracks a long pipeline's
 steady-state period by letting each device wobble between neighbouring clocks. It pays a switch
@@ -14,6 +14,14 @@ The level and the split are the largest that still meet the deadline. The search
 polishes the result. On the 1F1B benchmark with 1 ms switches, splitting the search budget
 between the plan and this start lowers the proven gap at the same work
 (``experiments/bench_solvers.py``).
+
+A hold start keeps the plan's ramps, so its level must fit them. A *re-plan*
+(:func:`held_problem`, :func:`replan_levels`, used by ``solvers.relax._replan_hold``) goes
+further: it fixes the held tasks at a level that may be slower than fits, picked by the held
+problem's hull LP, and plans everything outside the window again, ramps included, which
+then run faster to pay for the slower steady state. With 60 discrete clocks every stage of a
+pipeline loses part of a clock step when it holds one clock per cycle, and a common period
+slightly slower than the LP's lets several stages hold the clock just above it.
 
 Devices are compared by ratio to the plan's own busy time, not by absolute time. So the rule
 needs no pipeline structure: on a 1F1B pipeline it is the common cycle period; on other DAGs it

@@ -652,10 +652,10 @@ def interpolate(p: Problem, fast: np.ndarray, slow: np.ndarray,
 #: :class:`solvers.lns.Budget`), so a plan does not depend on the machine's speed; the wall
 #: time ``POLISH_S_PER_TASK`` × tasks (between ``POLISH_S_MIN`` and ``POLISH_S``) is only a
 #: cap. Measured on this project's 2-core CI machine (1F1B, 1 ms switches, 1.05x): 4x8 spends
-#: its 8,000 units in 1.0 s of its 1.9 s cap (gap 0.46 %; 2,880 units gave 0.59 %, 20,000
-#: 0.43 %), 8x32 its 64,000 in 6.7 s of 15 s (0.66 %), 16x64 (2,048 tasks) its 92,160 in
-#: 11–12 s of 20 s (0.75 %).
-POLISH_S = 20.0
+#: its 8,000 units in 1.0 s of its 1.9 s cap (gap 0.37 %), 8x32 its 64,000 in 6–7 s of 15 s
+#: (0.41 %), 16x64 (2,048 tasks) its 92,160 in 14–15 s of 25 s (0.57 %; the re-plan's LP
+#: solves are not work units, and a 20 s cap left too little headroom).
+POLISH_S = 25.0
 POLISH_S_MIN = 1.0
 POLISH_S_PER_TASK = 0.03
 POLISH_WORK = 92_160.0
@@ -697,7 +697,8 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
     ``ROUNDING_SLACKS``) are crashed to the deadline and relaxed. With switch costs, feasible
     starts that need no crash (:func:`_switch_starts`) are re-planned path by path and the
     best is improved by iterated kicks (:mod:`solvers.lns`), then ``HOLD_SHARE`` of the budget
-    goes on from it and from its hold start (:func:`solvers.hold.best_hold_start`), all within
+    goes on from it, from its hold start (:func:`solvers.hold.best_hold_start`) and from a
+    re-plan of its ramps around a slower hold (:func:`_replan_hold`), all within
     :func:`polish_budget`
     (work units, so the plan is reproducible, and a wall-time cap of ``polish_s`` seconds,
     by default ``POLISH_S_PER_TASK`` per task, at most ``POLISH_S``; ``polish_s`` also scales
@@ -839,8 +840,9 @@ def _replan_hold(p: Problem, choice: np.ndarray, deadline_s: float, window: tupl
     and the search (``budget``), as a problem of its own. The level is the one whose held
     problem has the smallest hull-LP value among :func:`solvers.hold.replan_levels`. A
     slower steady state costs makespan the ramps must win back, which the plan's own hold
-    start cannot do (it keeps the ramps); measured on 1F1B 16x64 at 1.05x with 1 ms switches,
-    the best level ran 0.3–0.5 % slower than the one that fits. Returns the re-plan (a choice
+    start cannot do (it keeps the ramps); measured on 1F1B 8x32 and 16x64 at 1.05x and 1.2x
+    with 1 ms switches, the level picked ran 0.7–1.6 % slower than the slowest that fits the
+    plan's own ramps. Returns the re-plan (a choice
     for ``p``), or None, spending nothing, when even the best held problem's LP (a lower bound
     on its plans) is no cheaper than ``choice``, or no level gives a plan that meets the
     deadline."""

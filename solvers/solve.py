@@ -62,7 +62,7 @@ def solve(problem: Problem, deadline: float | str, method: str = "auto",
 
     ``time_limit_s`` is the MILP's time limit (default 30 s) and, for ``method="fast"`` with
     switch costs, the wall-time cap of the search that improves the plan (default 30 ms per
-    task, 1–20 s); the search's work budget scales with it (more time, lower energy; see
+    task, 1–25 s); the search's work budget scales with it (more time, lower energy; see
     :func:`solvers.relax.polish_budget`). That search stops on work, not time, so the same
     input gives the same plan on any machine fast enough that the cap does not fire.
 
