@@ -92,10 +92,11 @@ def test_hold_starts_on_random_dags_meet_the_deadline(seed):
 @pytest.fixture(scope="module")
 def longer():
     """The bundled profile with 16 microbatches (a longer steady middle) at 1.05x, 1 ms switches,
-    a briefly searched plan and the levels a re-plan screens."""
+    the fast method's plan without its search (the same on any machine) and the levels a
+    re-plan screens."""
     p = load_perseus_profile(EXAMPLE, 75.0, 16, transitions=ConstantTransition(1e-3, 0.075))
     D = p.deadline_s("1.05x")
-    base = solve_fast(p, D, polish_s=0.5).choice
+    base = solve_fast(p, D, polish_s=0.0).choice
     cores, levels = replan_levels(p, base, D, REPLAN_WINDOW)
     return p, D, base, cores, levels
 
@@ -119,11 +120,20 @@ def test_screening_lp_updated_in_place_equals_a_fresh_one(longer):
     ix = p.index
     lp = HullLP(held_problem(p, cores, levels[0]).problem)
     lp.solve(D)
+    feasible = 0
     for level in levels[1:4] + levels[:1]:
         lp.set_single_options({v: (ix.time[v][k], ix.cost[v][k])
                                for v, k in held_problem_values(p, cores, level).items()})
-        fresh = HullLP(held_problem(p, cores, level).problem).solve(D).bound_j
+        try:
+            fresh = HullLP(held_problem(p, cores, level).problem).solve(D).bound_j
+        except RuntimeError:                    # a level too slow for any ramps: both say so
+            with pytest.raises(RuntimeError, match="infeasible"):
+                lp.solve(D)
+            lp = HullLP(held_problem(p, cores, levels[0]).problem)   # its warm model is gone
+            continue
         assert lp.solve(D).bound_j == pytest.approx(fresh, rel=1e-9)
+        feasible += 1
+    assert feasible >= 2
     free = next(v for v in range(ix.n) if v not in held_problem_values(p, cores, levels[0]) and ix.k[v] > 1)
     with pytest.raises(ValueError, match="more than one"):
         lp.set_single_options({free: (1.0, 1.0)})
@@ -135,7 +145,7 @@ def test_replan_meets_the_deadline_and_holds_one_clock_per_device_in_its_window(
     ch = _replan_hold(p, base, D, REPLAN_WINDOW, Budget.of(2000, 30))
     assert ch is not None
     assert ix.makespan(ch) <= D * (1 + 1e-9)
-    assert ix.objective(ch) < ix.objective(base)     # measured: 3268.4 J against 3268.8 J
+    assert ix.objective(ch) < ix.objective(base)     # measured: 3268.8 J against 3284.6 J
     held = held_problem_values(p, cores, levels[0])
     for seq in ix.dev_seq.values():
         omegas = {p.tasks[v].options[ch[v]].omega.dev for v in seq if v in held}
