@@ -307,8 +307,8 @@ After half of its search budget it takes the best plan and
    faster to pay for it. The level is the one whose held problem has the lowest hull LP among
    up to 24 candidates up to 2 % slower (warm re-solves, 0.03–0.1 s each on 16×64); the pick
    ran 0.7–1.6 % slower than the slowest level that fits the plan's ramps. On 16×64 at 1.05x
-   the steady state then runs at 127.44 ms instead of the LP's 127.36 ms: several stages have a
-   clock just above the LP's period;
+   the plan's steady state then runs at periods of 127.44–127.56 ms instead of the LP's
+   127.36 ms: several stages have a clock just above the LP's period;
 3. spends the last quarter searching from the re-plan, the hold start and the plan.
 
 At the same work the re-plan lowers the proven gap on 16×64 from 0.706 % / 0.714 % to

@@ -192,14 +192,20 @@ sys.path.insert(0, {tests!r})
 import numpy as np
 import solvers.relax as R
 from test_lns import pipeline
+from test_hold import EXAMPLE
+from solvers import ConstantTransition, load_perseus_profile
 R.POLISH_S = R.POLISH_S_MIN = 600.0    # the wall-clock cap never fires: work alone ends the search
-p = pipeline(stages=3, mb=5)
+p = {problem}
 r = R.solve_fast(p, p.fastest_makespan_s() * 1.1)
 print(repr(r.energy_j), hashlib.md5(np.asarray(r.choice).tobytes()).hexdigest())
 """
 
 
-def test_fast_search_is_reproducible_across_processes():
+@pytest.mark.parametrize("problem", [
+    "pipeline(stages=3, mb=5)",
+    # long enough for a held re-plan (solvers.relax._replan_hold)
+    "load_perseus_profile(EXAMPLE, 75.0, 16, transitions=ConstantTransition(1e-3, 0.075))"])
+def test_fast_search_is_reproducible_across_processes(problem):
     # work budgets, not seconds, end the search; nothing may depend on str hashing order
     import os
     import subprocess
@@ -207,7 +213,7 @@ def test_fast_search_is_reproducible_across_processes():
     from pathlib import Path
 
     here = Path(__file__).resolve().parent
-    code = _REPRO.format(tests=str(here))
+    code = _REPRO.format(tests=str(here), problem=problem)
     outs = []
     for seed in ("1", "2"):
         env = dict(os.environ, PYTHONHASHSEED=seed)
