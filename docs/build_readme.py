@@ -246,7 +246,7 @@ Each is one command and writes its table (`.md`, `.json`) and figure to `experim
 | `python experiments/bench_solvers.py` | our solvers vs lowtime 0.3.0 on Perseus-format profiles (table below) | shared profile generator |
 | `python experiments/switch_gap_study.py` | with 1 ms switches: our plan and bound vs HiGHS's MILP and the exact model's LP relaxation on 64–512-task pipelines (table below), proven optima on smaller ones, and with `--radius` HiGHS's search next to our plan | shared profile generator |
 | `python experiments/steady_state_rounding.py` | with 1 ms switches: what holding discrete clocks in the LP's own steady-state cycles costs over the LP (0.2–0.5 % of the bound on 8×32 and 16×64) | shared profile generator |
-| `python experiments/steady_state_holds.py` | with 1 ms switches: our plan against plans that hold one clock per stage (or two, with one switch) through the 1F1B steady state; none is cheaper (0.01–0.18 % dearer), and searching from the best ends within 0.08 points of searching again from our plan | shared profile generator |
+| `python experiments/steady_state_holds.py` | with 1 ms switches: our plan against plans that hold one clock per stage (or two, with one switch) through the 1F1B steady state; none is cheaper (0.01–0.18 % dearer), and searching from the best ends within 0.09 points of searching again from our plan | shared profile generator |
 | `python experiments/bench_switch_lp.py` | constant switch costs with one column per clock instead of the transport matrix: the MILP proves 2×4 (60 clocks) optimal in 15 s instead of no proof in 120 s; the exact LP bound on 4×8–16×64 (`--large`), where our 16×64 plan is 0.51 % above it | shared profile generator |
 
 Real H200, composed predictions vs direct measurements (σ = standard error of the mean):
@@ -319,7 +319,7 @@ search as before. A pipeline-specific check (`experiments/steady_state_holds.py`
 `results/steady_state_holds.md`: one or two held clocks per stage over the 1F1B cycles, every
 common period within ±3 %, the plan's ramps kept) finds no plan cheaper than the fast
 method's: the best one-level hold is 0.02–0.18 % dearer, the best two-level 0.01–0.09 %, and
-searching from it ends within 0.08 points of searching again from the plan.
+searching from it ends within 0.09 points of searching again from the plan.
 
 With constant switch costs the exact model's LP needs only one column per clock for each
 device pair (z_ω ≥ X_u,ω − X_w,ω, solver-notes §4) instead of the 60×60 transport matrix, and
