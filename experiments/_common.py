@@ -31,6 +31,12 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
     return "\n".join(out) + "\n"
 
 
+def doc_body(doc: str) -> str:
+    """A study script's docstring for its results page: after the first line, up to the
+    indented usage lines (``    python experiments/...``)."""
+    return doc.split("\n", 1)[1].split("    python")[0].strip()
+
+
 def console_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A fixed-width plain-text table for the terminal."""
     cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "experiments"))
 
-from _common import RESULTS_DIR, markdown_table, write_text_atomic  # noqa: E402
+from _common import RESULTS_DIR, doc_body, markdown_table, write_text_atomic  # noqa: E402
 from bench_solvers import P2P_W, idle_priced_switch, make_profile  # noqa: E402
 
 from solvers import ConstantTransition, Problem, load_perseus_profile  # noqa: E402
@@ -93,7 +93,7 @@ def bound_row(name: str, p: Problem, deadline: str) -> dict:
 def write_md(milp: list[dict], bounds: list[dict], out: str) -> None:
     """Both tables as far as they are measured (called after every row: a run that stops
     early keeps what it measured)."""
-    doc = __doc__.split("\n", 1)[1].split("    python")[0].strip()
+    doc = doc_body(__doc__)
     text = f"# bench_switch_lp\n\n{doc}\n"
     for title, rows in (("MILP: transport matrix vs per-ω rows", milp),
                         ("Bound: the fast method vs the switch LP", bounds)):

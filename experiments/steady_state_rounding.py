@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "experiments"))
 
-from _common import RESULTS_DIR, markdown_table, write_text_atomic  # noqa: E402
+from _common import RESULTS_DIR, doc_body, markdown_table, write_text_atomic  # noqa: E402
 from bench_solvers import P2P_W, idle_priced_switch, make_profile  # noqa: E402
 
 from solvers import load_perseus_profile  # noqa: E402
@@ -86,7 +86,7 @@ def main() -> None:
             print(r, flush=True)
             rows.append(r)
     head = list(rows[0])
-    text = (f"# steady_state_rounding\n\n{__doc__.split(chr(10), 1)[1].split('    python')[0].strip()}\n\n"
+    text = (f"# steady_state_rounding\n\n{doc_body(__doc__)}\n\n"
             f"Switch latency {a.switch_ms:g} ms (energy = idle power × latency), 60 clocks.\n\n"
             + markdown_table(head, [[r[h] for h in head] for r in rows]))
     write_text_atomic(a.out, text)
