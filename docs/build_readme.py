@@ -11,6 +11,22 @@ bench = Path("experiments/results/bench_solvers.md").read_text()
 gap_md = Path("experiments/results/switch_gap_study.md")
 gap_note = "\n".join(ln for ln in gap_md.read_text().splitlines() if ln.startswith("|")) if gap_md.exists() else ""
 bench_table = "\n".join(ln for ln in bench.splitlines() if ln.startswith("|"))
+
+
+def regret_split(path: Path = Path("experiments/results/bench_switch_lp.md")) -> str:
+    """The 16x64 rows of bench_switch_lp's bound table: clock regret and priced slack, J."""
+    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in path.read_text().splitlines()
+            if ln.startswith("|")]
+    head = next((r for r in rows if "clock_regret_j" in r), None)
+    if head is None:
+        return "not measured"
+    i, j = head.index("clock_regret_j"), head.index("priced_slack_j")
+    parts = [f"{r[0].split('@')[1]}: {float(r[i]):.0f} J and {float(r[j]):.0f} J"
+             for r in rows if r[0].startswith("1F1B 16x64") and "@" in r[0]]
+    return "; ".join(parts) or "not measured"
+
+
+regret_note = regret_split()
 readme = f'''# energy-calculus
 
 **Spend less GPU energy without missing your deadline.** energy-calculus measures the
@@ -152,7 +168,7 @@ $ ecal pareto ecal/examples/pipeline_4x8.csv --plot pareto.png -o pareto.json
 
 A 1 ms clock switch here is priced at the stage's blocking power; the plan holds a clock where
 switching does not pay. For 2,048-task pipelines with switch costs the fast method's proven
-gap is about 0.57 % (see the benchmark below); without switch costs it is ≤ 0.3 %. With switch
+gap is about 0.51 % (see the benchmark below); without switch costs it is ≤ 0.3 %. With switch
 costs the fast method's search is budgeted in work (dynamic-programming labels and kicks), not
 seconds, so the same input gives the same plan on any machine; its wall-time cap (30 ms per
 task, 1–25 s, or `--time-limit-s`, which also scales the work) leaves the search about 1.7×
@@ -246,7 +262,7 @@ Each is one command and writes its table (`.md`, `.json`) and figure to `experim
 | `python experiments/bench_solvers.py` | our solvers vs lowtime 0.3.0 on Perseus-format profiles (table below) | shared profile generator |
 | `python experiments/switch_gap_study.py` | with 1 ms switches: our plan and bound vs HiGHS's MILP and the exact model's LP relaxation on 64–512-task pipelines (table below), proven optima on smaller ones, and with `--radius` HiGHS's search next to our plan | shared profile generator |
 | `python experiments/steady_state_rounding.py` | with 1 ms switches: what holding discrete clocks in the LP's own steady-state cycles costs over the LP (0.2–0.5 % of the bound on 8×32 and 16×64) | shared profile generator |
-| `python experiments/steady_state_holds.py` | with 1 ms switches: our plan against plans that hold one clock per stage (or two, with one switch) through the 1F1B steady state; none is cheaper (0.01–0.18 % dearer), and searching from the best ends within 0.09 points of searching again from our plan | shared profile generator |
+| `python experiments/steady_state_holds.py` | with 1 ms switches: our plan against plans that hold one clock per stage (or two, with one switch) through the 1F1B steady state; none is cheaper (0.01–0.18 % dearer), and searching from the best ends within 0.08 points of searching again from our plan | shared profile generator |
 | `python experiments/bench_switch_lp.py` | constant switch costs with one column per clock instead of the transport matrix: the MILP proves 2×4 (60 clocks) optimal in 15 s instead of no proof in 120 s; the exact LP bound on 4×8–16×64 (`--large`), where our 16×64 plan is 0.51 % above it | shared profile generator |
 
 Real H200, composed predictions vs direct measurements (σ = standard error of the mean):
@@ -264,27 +280,26 @@ Solvers vs lowtime (Perseus's solver) in one process, same profiles, same accoun
 Targets and where we stand: the 8×32 whole frontier runs ≥ 20× faster than lowtime with every
 grid point within 0.5 % of its bound; chains of 2,000 tasks × 60 options with switches solve
 exactly in seconds; 16×64 (2,048 tasks) with switch costs plans in under 30 s, with a proven
-gap of about 0.57 % against a 0.5 % target (`max_gap_pct`); `ours_worse_at` counts lowtime
+gap of about 0.51 % against a 0.5 % target (`max_gap_pct`); `ours_worse_at` counts lowtime
 deadlines where its plan beats ours.
 
-Why the switch case stops near 0.57 %: `experiments/switch_gap_study.py` solves smaller
+Why the switch case stops near 0.51 %: `experiments/switch_gap_study.py` solves smaller
 pipelines of the same kind (20 clocks, 1 ms switches) with HiGHS's MILP and with the LP
 relaxation of the exact model (the best bound an LP or Lagrangian method can give):
 
 {gap_note}
 
-On every case the best plan found — ours, or HiGHS's after 60 s — is 0.4–0.62 % above that
+On every case the best plan found — ours, or HiGHS's after 60 s — is 0.36–0.62 % above that
 LP, and HiGHS's branch and bound lifts the bound by at most 0.05 %. Our bound equals the LP
 on the two smaller cases (the fast method solves that LP itself there, see below) and is
-0.07 % below it on the 512-task ones. Pipelines small enough for HiGHS to finish (`--cases
-2x4,4x4,3x6 --deadlines 1.05x,1.2x --milp-s 240`, `results/switch_gap_optimum.md`) split the
-gap in two. The optimum
-itself lies 0.08–0.38 % above the LP, so no LP-class bound proves less there. Our plan lies
+0.002–0.004 % below it on the 512-task ones (the ascent below). Pipelines small enough for
+HiGHS to finish (`--cases 2x4,4x4,3x6 --deadlines 1.05x,1.2x --milp-s 240`,
+`results/switch_gap_optimum.md`) split the gap in two. The optimum itself lies 0.08–0.38 % above the LP, so no LP-class bound proves less there. Our plan lies
 0.09–0.21 % above HiGHS's best. With all 60 clocks, HiGHS on the ±4-clock neighbourhood of
 our 4×8 plan (`--cases 4x8 --clock-step 1 --radius 4 --deadlines 1.05x,1.2x`,
 `results/switch_gap_neighbourhood.md`) finds a plan 0.09 % cheaper at 1.2x (gap 0.240 % →
-0.153 %) in 150 s, and none at 1.05x. On 16×64 that MILP, even at ±1 clock, ends 120 s with
-a plan 0.71 % dearer than ours (`--cases 16x64 --clock-step 1 --radius 1 --milp-s 120`).
+0.153 %) in 150 s, and one 0.002 % cheaper at 1.05x. On 16×64 that MILP, even at ±1
+clock, ends 120 s with a plan 0.71 % dearer than ours (`--cases 16x64 --clock-step 1 --radius 1 --milp-s 120`).
 
 `experiments/steady_state_rounding.py` shows where the rest of the gap comes from: the LP fits
 every stage to the pipeline's common period (127.4 ms on 16×64 at 1.05x) with fractional
@@ -311,26 +326,43 @@ After half of its search budget it takes the best plan and
    127.36 ms: several stages have a clock just above the LP's period;
 3. spends the last quarter searching from the re-plan, the hold start and the plan.
 
-At the same work the re-plan lowers the proven gap on 16×64 from 0.706 % / 0.714 % to
-0.565 % / 0.568 % (1.05x / 1.2x) and on 8×32 from 0.566 % / 0.571 % to 0.410 % / 0.526 %
-(20 clocks, `switch_gap_study`: 0.807 % → 0.684 %). Where the held problem's LP is no
-cheaper than the plan (the bundled 4×8), nothing is re-planned and the budget goes to the
+At the same work, and against the bound before the ascent below, the re-plan lowers the
+proven gap on 16×64 from 0.706 % / 0.714 % to 0.565 % / 0.568 % (1.05x / 1.2x) and on 8×32
+from 0.566 % / 0.571 % to 0.410 % / 0.526 % (20 clocks, `switch_gap_study`: 0.807 % →
+0.684 %; 0.621 % with the ascent's bound). Where the held problem's LP is no cheaper than the
+plan (the bundled 4×8), nothing is re-planned and the budget goes to the
 search as before. A pipeline-specific check (`experiments/steady_state_holds.py`,
 `results/steady_state_holds.md`: one or two held clocks per stage over the 1F1B cycles, every
 common period within ±3 %, the plan's ramps kept) finds no plan cheaper than the fast
-method's: the best one-level hold is 0.02–0.18 % dearer, the best two-level 0.01–0.09 %, and
-searching from it ends within 0.09 points of searching again from the plan.
+method's: the best one-level hold is 0.015–0.18 % dearer, the best two-level 0.01–0.09 %, and
+searching from it ends within 0.08 points of searching again from the plan.
 
 With constant switch costs the exact model's LP needs only one column per clock for each
 device pair (z_ω ≥ X_u,ω − X_w,ω, solver-notes §4) instead of the 60×60 transport matrix, and
 has the same value. Solved on 16×64 at 1.05x (`experiments/bench_switch_lp.py --large`,
-`results/bench_switch_lp.md`; 247 k columns, 1–2 minutes), it is 49,690.9 J: our plan is 0.508 %
-above it and our bound 0.057 % below it (1.2x: 0.518 % and 0.051 %). With that LP as its bound
-this plan would prove 0.508 % / 0.518 %: the 0.5 % target is 0.01–0.02 % of energy away with a
-bound at the LP (which takes 1–2 minutes to solve here, too slow for a 30 s plan), and 0.07 %
-away with our own bound. A plain supergradient ascent on our Lagrangian bound (each evaluation
-takes 0.02 s on 16×64) did not lift it: the duals must stay a flow, and steps that leave it
-are punished by the slack terms. The fast method uses this LP for its bound where it has at most 20,000 columns (the 4×8
+`results/bench_switch_lp.md`; 247 k columns, 1–2 minutes), it is 49,690.9 J. The fast
+method's bound now comes within 1.0 J of it in about 5 s (1.2x: 0.7 J): it starts from the
+duals of a cheap surrogate LP and climbs the Lagrangian by supergradient steps that keep the
+duals a flow (`solvers/ascent.py`: each step projects the plan-to-be's path lengths onto the
+flow-conserving directions with one sparse Laplacian solve, and takes a Polyak step; 150
+steps of 0.03 s). Plain supergradient steps, which leave the flow, had gained nothing: the
+slack terms charge every conservation error at the deadline. That took the proven gap from
+0.565 % / 0.568 % to 0.511 % / 0.519 %, and on 8×32 from 0.410 % / 0.526 % to 0.361 % / 0.478 %.
+
+Our plan itself is 0.508 % / 0.518 % above that LP, so no LP or Lagrangian bound can prove
+0.5 % for it: the target needs a plan 4–8 J (0.01–0.02 %) cheaper. A second search with the
+same budget, from the plan or from its best held steady state, finds part of that: 0.501 % /
+0.514 % and 0.500 % / 0.519 % (`results/steady_state_holds.md`), at about twice the time.
+At the LP's prices the plan's excess splits about evenly (`clock_regret_j` and
+`priced_slack_j` in `results/bench_switch_lp.md`; {regret_note}): what its clock sequences
+cost above each device's cheapest, and priced slack, flow on paths it leaves shorter than
+the makespan. Both
+come from the LP's freedom to mix clocks: a task may take a fixed mix of two clocks, and
+when its neighbour on the device takes the same mix the LP pays no switch at all, while a
+ramp can shift a little of the mix per task and pay that fraction of a switch. A plan picks
+one clock per task, and each change is a whole switch.
+
+The fast method uses this LP for its bound where it has at most 20,000 columns (the 4×8
 example above at 1.05x: gap 0.463 % → 0.368 %; with switches of 5 J and no latency: 1.525 % →
 1.013 %), and the MILP uses the same rows (2×4 with 60 clocks: proven optimal in 15 s, where
 the transport matrix proves nothing in 120 s).
@@ -343,7 +375,7 @@ frontier/     the algebra: OperatingPoint, Signature, seq/par/par_multi/dag, dev
               file formats (frontier/io.py documents them), plots
 solvers/      Problem/Plan, chain and series-parallel DP, MILP (PuLP: CBC or HiGHS), fast
               hull-LP/Lagrangian method, path re-planning search for switch costs (lns.py)
-              and its hold starts and re-plans (hold.py),
+              and its hold starts and re-plans (hold.py), the bound's ascent (ascent.py),
               pareto sweeps, 1F1B builder, Perseus import
 measure/      Device interface, NVML device, simulated H200, replay of recorded tables,
               green-context SM allocation, protocol, resumable sweeps, PlanApplier

@@ -15,7 +15,7 @@ steady cycle (each stage holds its cheapest clock whose forward + backward fits 
 of such periods with the largest k that meets the deadline, and a few choices of how many
 cycles at each end keep the search's clocks. It is a measurement, not a bound: it shows
 whether the plan leaves an easy structured improvement on the table (the 16×64 target of a
-0.5 % proven gap needs about 0.2 % less energy than the plan).
+0.5 % proven gap needs 0.01–0.02 % less energy than the plan).
 Then the fast method's search runs once more with its default budget, from the plan itself
 (``searched_again``) and from the best two-level hold plan (``two_level_searched``), so the
 two differ only in where the search starts; gaps are against the fast method's bound.

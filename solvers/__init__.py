@@ -2,8 +2,9 @@
 
 Problem model (:mod:`solvers.model`), plans and curves (:mod:`solvers.plan`), exact chain DP
 (:mod:`solvers.dp`), MILP through PuLP (:mod:`solvers.ilp`), the hull-LP/Lagrangian fast method
-with bounds (:mod:`solvers.relax`), 1F1B pipelines and Perseus profiles
-(:mod:`solvers.pipeline`), problem files (:mod:`solvers.io`). Plots: ``solvers.plot``
+with bounds (:mod:`solvers.relax`; its bound's ascent with switch costs,
+:mod:`solvers.ascent`), 1F1B pipelines and Perseus profiles (:mod:`solvers.pipeline`), problem
+files (:mod:`solvers.io`). Plots: ``solvers.plot``
 (imported on use so matplotlib loads only when plotting).
 """
 

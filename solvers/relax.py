@@ -17,7 +17,9 @@
 4. **With switch costs**: starts that meet the deadline as built are improved by exact path
    re-planning and iterated kicks (:mod:`solvers.lns`), and the bound also tries the duals of
    the LP with constant switch costs where it is small (:mod:`solvers.switch_lp`), else of
-   an LP that charges part of a switch on every device edge (:func:`switch_surrogate_duals`).
+   an LP that charges part of a switch on every device edge (:func:`switch_surrogate_duals`),
+   and raises the best of them by supergradient ascent over conserving flows
+   (:mod:`solvers.ascent`), to within about 1 J of the LP with switch costs on 16x64 1F1B.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
 
+from .ascent import ASCENT_ITERS, ASCENT_S, flow_ascent
 from .hold import best_hold, held_problem, held_problem_values, replan_levels
 from .lns import Budget, iterated_polish, polish, windowed_rounding
 from .model import Problem
@@ -653,8 +656,9 @@ def interpolate(p: Problem, fast: np.ndarray, slow: np.ndarray,
 #: time ``POLISH_S_PER_TASK`` × tasks (between ``POLISH_S_MIN`` and ``POLISH_S``) is only a
 #: cap. Measured on this project's 2-core CI machine (1F1B, 1 ms switches, 1.05x): 4x8 spends
 #: its 8,000 units in 1.0 s of its 1.9 s cap (gap 0.37 %), 8x32 its 64,000 in 6–7 s of 15 s
-#: (0.41 %), 16x64 (2,048 tasks) its 92,160 in 14–15 s of 25 s (0.57 %; the re-plan's LP
-#: solves are not work units, and a 20 s cap left too little headroom).
+#: (0.36 %), 16x64 (2,048 tasks) its 92,160 in 14–15 s of 25 s (0.51 %; the re-plan's LP
+#: solves are not work units, and a 20 s cap left too little headroom). The bound
+#: (:func:`switch_bound`) comes on top: about 5.5 s on 16x64, 1 s on 8x32.
 POLISH_S = 25.0
 POLISH_S_MIN = 1.0
 POLISH_S_PER_TASK = 0.03
@@ -702,9 +706,8 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
     :func:`polish_budget`
     (work units, so the plan is reproducible, and a wall-time cap of ``polish_s`` seconds,
     by default ``POLISH_S_PER_TASK`` per task, at most ``POLISH_S``; ``polish_s`` also scales
-    the work; 0 turns the search off); when searching and ``surrogate_bound``, the bound also
-    tries the duals of the LP with switch costs (:func:`solvers.switch_lp.switch_lp_duals`
-    where it applies and is small, else :func:`switch_surrogate_duals`; one more LP solve:
+    the work; 0 turns the search off); when searching and ``surrogate_bound``, the bound is
+    :func:`switch_bound` (one more LP solve and a supergradient ascent, about 5 s on 16x64:
     curves skip it)."""
     ix = p.index
     lp = lp or HullLP(p)
@@ -715,17 +718,7 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
     bound = max(bound, fl.const_j + lag_val)
     work, cap = polish_budget(ix.n, polish_s) if ix.has_transitions else (0.0, 0.0)
     if work > 0 and cap > 0 and surrogate_bound:
-        # one more LP solve: worth it for a single plan, not per point of a curve. Where it
-        # is small, the LP with constant switch costs (the transport LP's value); else the
-        # surrogate LP, which needs no more columns than the hull LP.
-        mu_sw = switch_lp_duals(p, lp.rows, deadline_s)
-        if mu_sw is not None:
-            bound = max(bound, lagrangian_bound(p, lp, mu_sw, deadline_s)[0])
-        else:
-            mu = switch_surrogate_duals(p, lp, deadline_s, SURROGATE_SHARE)
-            if mu is not None:
-                for m in (mu, 0.5 * (mu + res.duals)):
-                    bound = max(bound, lagrangian_bound(p, lp, m, deadline_s)[0])
+        bound = max(bound, switch_bound(p, lp, res, deadline_s))
     slacks = ROUNDING_SLACKS if slacks is None else slacks
     horizons = [res.makespan_s, deadline_s]
     if not ix.has_transitions:
@@ -751,6 +744,30 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
     best_ch, best_e = plans[k], energies[k]
     return FastResult(best_ch, float(best_e), float(min(bound, best_e)), res.bound_j, res.slope_j_per_s,
                       search)
+
+
+def switch_bound(p: Problem, lp: HullLP, res: LPResult, deadline_s: float,
+                 iters: int = ASCENT_ITERS) -> float:
+    """The Lagrangian bound with switch costs from the best of the hull LP's duals (``res``)
+    and one more LP's, raised by :func:`solvers.ascent.flow_ascent`. The other LP is the one
+    with constant switch costs where it is small (:func:`solvers.switch_lp.switch_lp_duals`,
+    the transport LP's value), else the surrogate LP (:func:`switch_surrogate_duals`), which
+    needs no more columns than the hull LP. One more LP solve and the ascent: worth it for a
+    single plan, not per point of a curve."""
+
+    def evaluate(m: np.ndarray) -> tuple[float, np.ndarray]:
+        return lagrangian_bound(p, lp, m, deadline_s)
+
+    cands = [res.duals]
+    mu_sw = switch_lp_duals(p, lp.rows, deadline_s)
+    if mu_sw is not None:
+        cands.append(mu_sw)
+    else:
+        mu = switch_surrogate_duals(p, lp, deadline_s, SURROGATE_SHARE)
+        if mu is not None:
+            cands += [mu, 0.5 * (mu + res.duals)]
+    start = max(cands, key=lambda m: evaluate(m)[0])
+    return flow_ascent(p, lp.rows, start, deadline_s, evaluate, iters, ASCENT_S)[0]
 
 
 def round_to_deadline(p: Problem, lp_times: np.ndarray, deadline_s: float, iters: int = 25) -> np.ndarray | None:

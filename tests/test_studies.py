@@ -180,3 +180,26 @@ def test_steady_state_holds_on_the_bundled_pipeline():
     for e, c in h.best(1, 1):
         if c is not None:
             assert h.feasible(c) and e == pytest.approx(p.index.objective(c))
+
+
+def test_bench_switch_lp_splits_the_excess_over_the_bound():
+    # at the switch LP's duals: plan − bound = clock regret + priced slack, both ≥ 0, for the
+    # fast plan and the brute-force optimum alike
+    from bench_switch_lp import clock_regret_j
+    from test_lns import pipeline
+
+    from solvers import ConstantTransition
+    from solvers.brute import brute_force
+    from solvers.relax import HullLP, lagrangian_bound, solve_fast
+    from solvers.switch_lp import switch_lp_duals
+
+    p = pipeline(ConstantTransition(0.1, 2.0), stages=2, mb=2)
+    D = p.deadline_s("1.1x")
+    lp = HullLP(p)
+    mu = switch_lp_duals(p, lp.rows, D)
+    bound = lagrangian_bound(p, lp, mu, D)[0]
+    for ch in (solve_fast(p, D).choice, brute_force(p, D)[0]):
+        e = p.index.objective(ch)
+        regret = clock_regret_j(p, lp, mu, D, ch)
+        assert regret >= -1e-9
+        assert e - bound - regret >= -1e-6 * e                    # priced slack
