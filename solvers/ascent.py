@@ -41,6 +41,8 @@ ASCENT_S = 8.0
 ASCENT_MARGIN = 2e-3
 #: Iterations without a better bound before the margin halves.
 ASCENT_PATIENCE = 8
+#: Projections per step at most, each holding the rows the step would drive below 0.
+ASCENT_PASSES = 40
 
 
 def _incidence(n: int, rows: list[tuple[int, int]]):
@@ -125,7 +127,7 @@ def flow_ascent(p: Problem, rows: list[tuple[int, int]], duals: np.ndarray, dead
             g = g - np.where(to_end, deadline_s, 0.0)
         free = np.ones(len(rows), dtype=bool)
         step, d = 0.0, np.zeros(len(rows))
-        for _ in range(6):                     # hold rows the step would drive below 0
+        for _ in range(ASCENT_PASSES):         # hold rows the step would drive below 0
             d = _project(B, g, free)
             norm2 = float(d @ d)
             if norm2 <= 1e-18 * float(g @ g):     # nothing left to move along
