@@ -168,7 +168,7 @@ $ ecal pareto ecal/examples/pipeline_4x8.csv --plot pareto.png -o pareto.json
 
 A 1 ms clock switch here is priced at the stage's blocking power; the plan holds a clock where
 switching does not pay. For 2,048-task pipelines with switch costs the fast method's proven
-gap is about 0.51 % (see the benchmark below); without switch costs it is ≤ 0.3 %. With switch
+gap is 0.51–0.52 % (see the benchmark below); without switch costs it is ≤ 0.3 %. With switch
 costs the fast method's search is budgeted in work (dynamic-programming labels and kicks), not
 seconds, so the same input gives the same plan on any machine; its wall-time cap (30 ms per
 task, 1–25 s, or `--time-limit-s`, which also scales the work) leaves the search about 1.7×
@@ -280,10 +280,10 @@ Solvers vs lowtime (Perseus's solver) in one process, same profiles, same accoun
 Targets and where we stand: the 8×32 whole frontier runs ≥ 20× faster than lowtime with every
 grid point within 0.5 % of its bound; chains of 2,000 tasks × 60 options with switches solve
 exactly in seconds; 16×64 (2,048 tasks) with switch costs plans in under 30 s, with a proven
-gap of about 0.51 % against a 0.5 % target (`max_gap_pct`); `ours_worse_at` counts lowtime
+gap of 0.51–0.52 % against a 0.5 % target (`max_gap_pct`); `ours_worse_at` counts lowtime
 deadlines where its plan beats ours.
 
-Why the switch case stops near 0.51 %: `experiments/switch_gap_study.py` solves smaller
+Why the switch case stops near 0.51–0.52 %: `experiments/switch_gap_study.py` solves smaller
 pipelines of the same kind (20 clocks, 1 ms switches) with HiGHS's MILP and with the LP
 relaxation of the exact model (the best bound an LP or Lagrangian method can give):
 
@@ -292,7 +292,7 @@ relaxation of the exact model (the best bound an LP or Lagrangian method can giv
 On every case the best plan found — ours, or HiGHS's after 60 s — is 0.36–0.62 % above that
 LP, and HiGHS's branch and bound lifts the bound by at most 0.05 %. Our bound equals the LP
 on the two smaller cases (the fast method solves that LP itself there, see below) and is
-0.002–0.004 % below it on the 512-task ones (the ascent below). Pipelines small enough for
+0.001–0.005 % below it on the 512-task ones (the ascent below). Pipelines small enough for
 HiGHS to finish (`--cases 2x4,4x4,3x6 --deadlines 1.05x,1.2x --milp-s 240`,
 `results/switch_gap_optimum.md`) split the gap in two. The optimum itself lies 0.08–0.38 % above the LP, so no LP-class bound proves less there. Our plan lies
 0.09–0.21 % above HiGHS's best. With all 60 clocks, HiGHS on the ±4-clock neighbourhood of
@@ -329,7 +329,7 @@ After half of its search budget it takes the best plan and
 At the same work, and against the bound before the ascent below, the re-plan lowers the
 proven gap on 16×64 from 0.706 % / 0.714 % to 0.565 % / 0.568 % (1.05x / 1.2x) and on 8×32
 from 0.566 % / 0.571 % to 0.410 % / 0.526 % (20 clocks, `switch_gap_study`: 0.807 % →
-0.684 %; 0.621 % with the ascent's bound). Where the held problem's LP is no cheaper than the
+0.684 %; 0.620 % with the ascent's bound). Where the held problem's LP is no cheaper than the
 plan (the bundled 4×8), nothing is re-planned and the budget goes to the
 search as before. A pipeline-specific check (`experiments/steady_state_holds.py`,
 `results/steady_state_holds.md`: one or two held clocks per stage over the 1F1B cycles, every
@@ -347,12 +347,12 @@ duals a flow (`solvers/ascent.py`: each step projects the plan-to-be's path leng
 flow-conserving directions with one sparse Laplacian solve, and takes a Polyak step; 150
 steps of 0.03 s). Plain supergradient steps, which leave the flow, had gained nothing: the
 slack terms charge every conservation error at the deadline. That took the proven gap from
-0.565 % / 0.568 % to 0.511 % / 0.519 %, and on 8×32 from 0.410 % / 0.526 % to 0.361 % / 0.478 %.
+0.565 % / 0.568 % to 0.510 % / 0.520 %, and on 8×32 from 0.410 % / 0.526 % to 0.361 % / 0.478 %.
 
 Our plan itself is 0.508 % / 0.518 % above that LP, so no LP or Lagrangian bound can prove
 0.5 % for it: the target needs a plan 4–8 J (0.01–0.02 %) cheaper. A second search with the
 same budget, from the plan or from its best held steady state, finds part of that: 0.501 % /
-0.514 % and 0.500 % / 0.519 % (`results/steady_state_holds.md`), at about twice the time.
+0.515 % and 0.500 % / 0.519 % (`results/steady_state_holds.md`), at about twice the time.
 At the LP's prices the plan's excess splits about evenly (`clock_regret_j` and
 `priced_slack_j` in `results/bench_switch_lp.md`; {regret_note}): what its clock sequences
 cost above each device's cheapest, and priced slack, flow on paths it leaves shorter than
