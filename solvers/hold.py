@@ -115,16 +115,27 @@ def _apply(choice: np.ndarray, cores: list[_Core], slow, fast, split_s: float) -
     return ch
 
 
-def _slowest_fit(choice: np.ndarray, cores: list[_Core], levels: list[tuple[int, ...]], fits) -> int:
-    """Index of the slowest one-level hold of ``choice`` that ``fits`` (bisection), or -1."""
+def _meets(p: Problem, choice: np.ndarray, deadline_s: float) -> bool:
+    """``choice``'s makespan is within ``deadline_s``."""
+    return p.index.makespan(choice) <= deadline_s * (1 + 1e-9)
+
+
+def _window_levels(p: Problem, choice: np.ndarray, deadline_s: float, window: tuple[float, float],
+                   band: float) -> tuple[list[_Core], list[tuple[int, ...]], int]:
+    """The held tasks in ``window`` (fractions of ``choice``'s makespan), their levels
+    (:func:`_levels`) and the index of the slowest one-level hold of ``choice`` that meets
+    ``deadline_s`` (bisection), -1 when none does or nothing can be held."""
+    start, _, m = p.index.schedule(choice)
+    cores = _cores(p, choice, start, window[0] * m, window[1] * m)
+    levels = _levels(cores, band) if cores else []
     lo, hi = -1, len(levels)
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if fits(_apply(choice, cores, levels[mid], levels[mid], 0.0)):
+        if _meets(p, _apply(choice, cores, levels[mid], levels[mid], 0.0), deadline_s):
             lo = mid
         else:
             hi = mid
-    return lo
+    return cores, levels, lo
 
 
 def hold_start(p: Problem, choice, deadline_s: float, window: tuple[float, float] = HOLD_WINDOWS[0],
@@ -138,16 +149,7 @@ def hold_start(p: Problem, choice, deadline_s: float, window: tuple[float, float
     the deadline (found by bisection over the held tasks' start times)."""
     ix = p.index
     choice = np.asarray(choice, dtype=int)
-    start, _, m = ix.schedule(choice)
-    cores = _cores(p, choice, start, window[0] * m, window[1] * m)
-    levels = _levels(cores, band) if cores else []
-    if not levels:
-        return None
-
-    def fits(ch: np.ndarray) -> bool:
-        return ix.makespan(ch) <= deadline_s * (1 + 1e-9)
-
-    lo = _slowest_fit(choice, cores, levels, fits)
+    cores, levels, lo = _window_levels(p, choice, deadline_s, window, band)
     if lo < 0:
         return None
     best_ch = _apply(choice, cores, levels[lo], levels[lo], 0.0)
@@ -158,7 +160,7 @@ def hold_start(p: Problem, choice, deadline_s: float, window: tuple[float, float
             a, b = 0, len(splits)    # latest split that fits; splits[0] holds no slow task
             while b - a > 1:
                 mid = (a + b) // 2
-                if fits(_apply(choice, cores, levels[s], levels[f], splits[mid])):
+                if _meets(p, _apply(choice, cores, levels[s], levels[f], splits[mid]), deadline_s):
                     a = mid
                 else:
                     b = mid
@@ -223,12 +225,8 @@ def replan_levels(p: Problem, choice, deadline_s: float, window: tuple[float, fl
     assignments spread evenly from the slowest one-level hold that fits ``choice``'s own ramps
     to ratio ``1 + span`` times it, slower ones included (a re-plan speeds the ramps up to pay
     for them). Returns (cores, levels, fastest first); no levels when nothing can be held."""
-    ix = p.index
     choice = np.asarray(choice, dtype=int)
-    start, _, m = ix.schedule(choice)
-    cores = _cores(p, choice, start, window[0] * m, window[1] * m)
-    levels = _levels(cores, HOLD_BAND) if cores else []
-    lo = _slowest_fit(choice, cores, levels, lambda ch: ix.makespan(ch) <= deadline_s * (1 + 1e-9)) if levels else -1
+    cores, levels, lo = _window_levels(p, choice, deadline_s, window, HOLD_BAND)
     if lo < 0:
         return cores, []
     q0 = _ratio(cores, levels[lo])

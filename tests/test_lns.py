@@ -12,9 +12,14 @@ from solvers.lns import chain_dp, dependency_paths, iterated_polish, neighbourho
 from solvers.relax import solve_fast
 
 
+def _clock_opts(clocks, scale=1.0):
+    table = {1980: (1.0, 30.0), 1600: (1.2, 26.0), 1200: (1.5, 24.0)}
+    return [dict(time_s=scale * table[c][0], energy_j=scale * table[c][1], s_w=10.0, sm_clock_mhz=c)
+            for c in clocks]
+
+
 def _opts(scale):
-    return [dict(time_s=scale * t, energy_j=scale * e, s_w=10.0, sm_clock_mhz=c)
-            for t, e, c in ((1.0, 30.0, 1980), (1.2, 26.0, 1600), (1.5, 24.0, 1200))]
+    return _clock_opts((1980, 1600, 1200), scale)
 
 
 def pipeline(tr=TR, stages=3, mb=4):
@@ -271,12 +276,6 @@ def test_curve_with_energy_only_switch_costs_claims_only_achievable_energy():
         assert pl.energy_j >= optimum(pl.deadline_s) - 1e-9
     for D in np.linspace(c.deadlines_s[0], c.deadlines_s[-1], 23):
         assert c.energy_at(float(D)) >= optimum(D) - 1e-9
-
-
-def _clock_opts(clocks, scale=1.0):
-    table = {1980: (1.0, 30.0), 1600: (1.2, 26.0), 1200: (1.5, 24.0)}
-    return [dict(time_s=scale * table[c][0], energy_j=scale * table[c][1], s_w=10.0, sm_clock_mhz=c)
-            for c in clocks]
 
 
 @pytest.mark.parametrize("slack", [1.0, 1.15, 1.4])
