@@ -26,7 +26,106 @@ def regret_split(path: Path = Path("experiments/results/bench_switch_lp.md")) ->
     return "; ".join(parts) or "not measured"
 
 
+def _md_rows(path: Path) -> list[list[str]]:
+    """The cells of every table row of a results page (header rows included)."""
+    return [[c.strip() for c in ln.strip("|").split("|")] for ln in path.read_text().splitlines()
+            if ln.startswith("|")]
+
+
+def switch_gaps(path: Path = Path("experiments/results/bench_solvers.md")) -> str:
+    """The 16x64 with-switches proven gaps of bench_solvers, 1.05x / 1.2x."""
+    rows = _md_rows(path)
+    i = rows[0].index("max_gap_pct")
+    gaps = [f"{float(r[i]):.3f} %" for r in rows if r[0].startswith("16x64 switches")]
+    return " / ".join(gaps) or "not measured"
+
+
+def spread_note(path: Path = Path("experiments/results/search_spread.md")) -> str:
+    """Per deadline, the range of 16x64 gaps over the shipped caps' seeds and how many prove
+    at most 0.5 %, from search_spread."""
+    if not path.exists():
+        return "not measured"
+    rows = [r for r in _md_rows(path) if r[0] == "16x64"]
+    shipped = rows[0][2] if rows else ""
+    out = []
+    for dl in dict.fromkeys(r[1] for r in rows):
+        g = [float(r[6]) for r in rows if r[1] == dl and r[2] == shipped]
+        out.append(f"{dl}: {min(g):.3f}–{max(g):.3f} %, {sum(x <= 0.5 for x in g)} of {len(g)} seeds ≤ 0.5 %")
+    allg = [float(r[6]) for r in rows]
+    return ("; ".join(out) + f" (caps {shipped}); over both caps the gaps span "
+            f"{min(allg):.3f}–{max(allg):.3f} %") if rows else "not measured"
+
+
+def holds_note(path: Path = Path("experiments/results/steady_state_holds.md")) -> str:
+    """What searching again (from the plan, or from its best two-level hold) gives on 16x64."""
+    rows = _md_rows(path)
+    head = rows[0]
+    a, b = head.index("searched_again_gap_pct"), head.index("two_level_searched_gap_pct")
+    r = [x for x in rows if x[0].startswith("16x64 @")]
+    if not r:
+        return ""
+    again = " / ".join(f"{float(x[a]):.3f} %" for x in r)
+    held = " / ".join(f"{float(x[b]):.3f} %" for x in r)
+    return (f"A second search with the same budget, from the plan or from its best held steady "
+            f"state, ends at {again} and {held} (`results/steady_state_holds.md`).")
+
+
+def _column(path: Path, name: str, case: str = "") -> list[float]:
+    """The float values of column ``name`` in the rows of a results page whose first cell
+    starts with ``case``."""
+    rows = _md_rows(path)
+    i = rows[0].index(name)
+    return [float(r[i]) for r in rows[2:] if r[0].startswith(case) and r[i]]
+
+
+def pct_range(values: list[float], digits: int = 2) -> str:
+    """``lo–hi %`` of the values (one value when they agree to ``digits``)."""
+    lo, hi = f"{min(values):.{digits}f}", f"{max(values):.{digits}f}"
+    return f"{lo} %" if lo == hi else f"{lo}–{hi} %"
+
+
+RES = Path("experiments/results")
+study_best = pct_range(_column(RES / "switch_gap_study.md", "best_plan_over_transport_lp_pct"))
+study_lift = f"{max(_column(RES / 'switch_gap_study.md', 'milp_bound_over_transport_lp_pct')):.2f} %"
+optimum_ours = pct_range(_column(RES / "switch_gap_optimum.md", "fast_vs_milp_incumbent_pct"))
+optimum_lp = pct_range(_column(RES / "switch_gap_optimum.md", "optimum_over_transport_lp_pct"))
+nb_4x8 = _md_rows(RES / "switch_gap_neighbourhood.md")
+nb_head = nb_4x8[0]
+nb_note = "; ".join(
+    f"at {r[1]} a plan {-float(r[nb_head.index('best_vs_fast_pct')]):.3f} % cheaper (gap "
+    f"{float(r[nb_head.index('fast_gap_pct')]):.3f} % → {float(r[nb_head.index('gap_with_best_pct')]):.3f} %)"
+    if float(r[nb_head.index("best_vs_fast_pct")]) < 0 else f"at {r[1]} nothing cheaper"
+    for r in nb_4x8[2:])
+nb_16x64 = _column(RES / "switch_gap_neighbourhood_16x64.md", "milp_plan_vs_fast_pct")[0]
+
+def holds_summary(path: Path = RES / "steady_state_holds.md") -> tuple[str, str]:
+    """(verdict, detail) of steady_state_holds: are held plans cheaper than ours, by how much,
+    and how far searching from the best two-level hold ends from searching again."""
+    one = _column(path, "one_level_over_plan_pct")
+    two = _column(path, "two_level_over_plan_pct")
+    again = _column(path, "searched_again_gap_pct")
+    held = _column(path, "two_level_searched_gap_pct")
+
+    def signed(v: list[float]) -> str:
+        lo, hi = min(v), max(v)
+        return f"{lo:+.3f} to {hi:+.3f} %".replace("-", "−")
+
+    cheaper = sum(x < 0 for x in one + two)
+    verdict = ("none is cheaper than ours" if not cheaper else
+               f"{cheaper} of {len(one) + len(two)} {'is' if cheaper == 1 else 'are'} cheaper than ours, by at most "
+               f"{-min(one + two):.3f} %")
+    pts = max(abs(a - b) for a, b in zip(again, held))
+    detail = (f"relative to our plan the best one-level hold is {signed(one)}, the best two-level "
+              f"{signed(two)}, and searching from the latter ends within {pts:.2f} points of "
+              f"searching again from the plan")
+    return verdict, detail
+
+
+holds_verdict, holds_detail = holds_summary()
 regret_note = regret_split()
+holds_note_text = holds_note()
+gaps_16x64 = switch_gaps()
+spread = spread_note()
 readme = f'''# energy-calculus
 
 **Spend less GPU energy without missing your deadline.** energy-calculus measures the
@@ -168,10 +267,10 @@ $ ecal pareto ecal/examples/pipeline_4x8.csv --plot pareto.png -o pareto.json
 
 A 1 ms clock switch here is priced at the stage's blocking power; the plan holds a clock where
 switching does not pay. For 2,048-task pipelines with switch costs the fast method's proven
-gap is 0.51–0.52 % (see the benchmark below); without switch costs it is ≤ 0.3 %. With switch
+gap is {gaps_16x64} at 1.05x / 1.2x (see the benchmark below); without switch costs it is ≤ 0.3 %. With switch
 costs the fast method's search is budgeted in work (dynamic-programming labels and kicks), not
 seconds, so the same input gives the same plan on any machine; its wall-time cap (30 ms per
-task, 1–25 s, or `--time-limit-s`, which also scales the work) leaves the search about 1.7×
+task, 1–25 s, or `--time-limit-s`, which also scales the work) leaves the search about 1.5×
 headroom on this project's 2-core CI runner; when it does fire, the plan says so. The bound
 comes on top (an LP and a 150-step ascent, at most 8 s; 5.5 s on 2,048 tasks); only its
 strength, never the plan, depends on the machine's speed.
@@ -264,8 +363,9 @@ Each is one command and writes its table (`.md`, `.json`) and figure to `experim
 | `python experiments/bench_solvers.py` | our solvers vs lowtime 0.3.0 on Perseus-format profiles (table below) | shared profile generator |
 | `python experiments/switch_gap_study.py` | with 1 ms switches: our plan and bound vs HiGHS's MILP and the exact model's LP relaxation on 64–512-task pipelines (table below), proven optima on smaller ones, and with `--radius` HiGHS's search next to our plan | shared profile generator |
 | `python experiments/steady_state_rounding.py` | with 1 ms switches: what holding discrete clocks in the LP's own steady-state cycles costs over the LP (0.2–0.5 % of the bound on 8×32 and 16×64) | shared profile generator |
-| `python experiments/steady_state_holds.py` | with 1 ms switches: our plan against plans that hold one clock per stage (or two, with one switch) through the 1F1B steady state; none is cheaper (0.01–0.18 % dearer), and searching from the best ends within 0.08 points of searching again from our plan | shared profile generator |
-| `python experiments/bench_switch_lp.py` | constant switch costs with one column per clock instead of the transport matrix: the MILP proves 2×4 (60 clocks) optimal in 15 s instead of no proof in 120 s; the exact LP bound on 4×8–16×64 (`--large`), where our 16×64 plan is 0.51 % above it | shared profile generator |
+| `python experiments/steady_state_holds.py` | with 1 ms switches: our plan against plans that hold one clock per stage (or two, with one switch) through the 1F1B steady state: {holds_verdict} | shared profile generator |
+| `python experiments/bench_switch_lp.py` | constant switch costs with one column per clock instead of the transport matrix: the MILP proves 2×4 (60 clocks) optimal in 15 s instead of no proof in 120 s; the exact LP bound on 4×8–16×64 (`--large`), where our 16×64 plan is 0.49 % above it | shared profile generator |
+| `python experiments/search_spread.py` | with 1 ms switches: how far the fast method's plan moves with its search's kick seed and label caps (8×32, 16×64; seeds 0–3) | shared profile generator |
 
 Real H200, composed predictions vs direct measurements (σ = standard error of the mean):
 
@@ -282,26 +382,25 @@ Solvers vs lowtime (Perseus's solver) in one process, same profiles, same accoun
 Targets and where we stand: the 8×32 whole frontier runs ≥ 20× faster than lowtime with every
 grid point within 0.5 % of its bound; chains of 2,000 tasks × 60 options with switches solve
 exactly in seconds; 16×64 (2,048 tasks) with switch costs plans in under 30 s, with a proven
-gap of 0.51–0.52 % against a 0.5 % target (`max_gap_pct`); `ours_worse_at` counts lowtime
-deadlines where its plan beats ours.
+gap of {gaps_16x64} against a 0.5 % target (`max_gap_pct`), a thin margin (below);
+`ours_worse_at` counts lowtime deadlines where its plan beats ours.
 
-Why the switch case stops near 0.51–0.52 %: `experiments/switch_gap_study.py` solves smaller
+Why switch costs leave a gap near 0.5 %: `experiments/switch_gap_study.py` solves smaller
 pipelines of the same kind (20 clocks, 1 ms switches) with HiGHS's MILP and with the LP
 relaxation of the exact model (the best bound an LP or Lagrangian method can give):
 
 {gap_note}
 
-On every case the best plan found — ours, or HiGHS's after 60 s — is 0.36–0.62 % above that
-LP, and HiGHS's branch and bound lifts the bound by at most 0.05 %. Our bound equals the LP
+On every case the best plan found — ours, or HiGHS's after 60 s — is {study_best} above that
+LP, and HiGHS's branch and bound lifts the bound by at most {study_lift}. Our bound equals the LP
 on the two smaller cases (the fast method solves that LP itself there, see below) and is
 0.001–0.005 % below it on the 512-task ones (the ascent below). Pipelines small enough for
 HiGHS to finish (`--cases 2x4,4x4,3x6 --deadlines 1.05x,1.2x --milp-s 240`,
-`results/switch_gap_optimum.md`) split the gap in two. The optimum itself lies 0.08–0.38 % above the LP, so no LP-class bound proves less there. Our plan lies
-0.09–0.21 % above HiGHS's best. With all 60 clocks, HiGHS on the ±4-clock neighbourhood of
+`results/switch_gap_optimum.md`) split the gap in two. The optimum itself lies {optimum_lp} above the LP, so no LP-class bound proves less there. Our plan lies
+{optimum_ours} above HiGHS's best. With all 60 clocks, HiGHS on the ±4-clock neighbourhood of
 our 4×8 plan (`--cases 4x8 --clock-step 1 --radius 4 --deadlines 1.05x,1.2x`,
-`results/switch_gap_neighbourhood.md`) finds a plan 0.09 % cheaper at 1.2x (gap 0.240 % →
-0.153 %) in 150 s, and one 0.002 % cheaper at 1.05x. On 16×64 that MILP, even at ±1
-clock, ends 120 s with a plan 0.71 % dearer than ours (`--cases 16x64 --clock-step 1 --radius 1 --milp-s 120`).
+`results/switch_gap_neighbourhood.md`, 150 s) finds {nb_note}. On 16×64 that MILP, even at ±1
+clock, ends 120 s with a plan {nb_16x64:.2f} % dearer than ours (`--cases 16x64 --clock-step 1 --radius 1 --milp-s 120`).
 
 `experiments/steady_state_rounding.py` shows where the rest of the gap comes from: the LP fits
 every stage to the pipeline's common period (127.4 ms on 16×64 at 1.05x) with fractional
@@ -326,7 +425,9 @@ After half of its search budget it takes the best plan and
    ran 0.7–1.6 % slower than the slowest level that fits the plan's ramps. On 16×64 at 1.05x
    the plan's steady state then runs at periods of 127.44–127.56 ms instead of the LP's
    127.36 ms: several stages have a clock just above the LP's period;
-3. spends the last quarter searching from the re-plan, the hold start and the plan.
+3. spends the last quarter searching from the re-plan, the hold start and the plan;
+4. re-plans the best plan path by path once more with wider DP caps, on a quarter more work
+   (below).
 
 At the same work, and against the bound before the ascent below, the re-plan lowers the
 proven gap on 16×64 from 0.706 % / 0.714 % to 0.565 % / 0.568 % (1.05x / 1.2x) and on 8×32
@@ -335,9 +436,8 @@ from 0.566 % / 0.571 % to 0.410 % / 0.526 % (20 clocks, `switch_gap_study`: 0.80
 plan (the bundled 4×8), nothing is re-planned and the budget goes to the
 search as before. A pipeline-specific check (`experiments/steady_state_holds.py`,
 `results/steady_state_holds.md`: one or two held clocks per stage over the 1F1B cycles, every
-common period within ±3 %, the plan's ramps kept) finds no plan cheaper than the fast
-method's: the best one-level hold is 0.015–0.18 % dearer, the best two-level 0.01–0.09 %, and
-searching from it ends within 0.08 points of searching again from the plan.
+common period within ±3 %, the plan's ramps kept) on 8×32 and 16×64 at 1.05x and 1.2x:
+{holds_verdict}; {holds_detail}.
 
 With constant switch costs the exact model's LP needs only one column per clock for each
 device pair (z_ω ≥ X_u,ω − X_w,ω, solver-notes §4) instead of the 60×60 transport matrix, and
@@ -351,10 +451,15 @@ steps of 0.03 s). Plain supergradient steps, which leave the flow, had gained no
 slack terms charge every conservation error at the deadline. That took the proven gap from
 0.565 % / 0.568 % to 0.510 % / 0.520 %, and on 8×32 from 0.410 % / 0.526 % to 0.361 % / 0.478 %.
 
-Our plan itself is 0.508 % / 0.518 % above that LP, so no LP or Lagrangian bound can prove
-0.5 % for it: the target needs a plan 4–8 J (0.01–0.02 %) cheaper. A second search with the
-same budget, from the plan or from its best held steady state, finds part of that: 0.501 % /
-0.515 % and 0.500 % / 0.519 % (`results/steady_state_holds.md`), at about twice the time.
+That left the plan, then 0.508 % / 0.518 % above that LP: no LP or Lagrangian bound could
+prove 0.5 % for it, and the target needed a plan 4–8 J (0.01–0.02 %) cheaper. Two changes at
+the end of the search found that (`SEARCH_CAPS` and `FINAL_CAPS` in `solvers/relax.py`): the
+path DP keeps more labels (24 per option and 96 in all, was 16 and 64), and the best plan is
+then re-planned path by path once more with 64 and 256, on a quarter more work (about 1.6 s
+on 16×64). Once the kicks have stalled, that closer-to-exact polish took 1.4–7.8 J (median
+4.4 J) off each of 18 searched plans, where the same work again on the search itself took 1–3 J. The margin is thin, and how thin
+depends on the search's luck (`experiments/search_spread.py`, `results/search_spread.md`, kick
+seeds 0–3): {spread}. {holds_note_text}
 At the LP's prices the plan's excess splits about evenly (`clock_regret_j` and
 `priced_slack_j` in `results/bench_switch_lp.md`; {regret_note}): what its clock sequences
 cost above each device's cheapest, and priced slack, flow on paths it leaves shorter than
@@ -364,9 +469,9 @@ when its neighbour on the device takes the same mix the LP pays no switch at all
 ramp can shift a little of the mix per task and pay that fraction of a switch. A plan picks
 one clock per task, and each change is a whole switch.
 
-The fast method uses this LP for its bound where it has at most 20,000 columns (the 4×8
-example above at 1.05x: gap 0.463 % → 0.368 %; with switches of 5 J and no latency: 1.525 % →
-1.013 %), and the MILP uses the same rows (2×4 with 60 clocks: proven optimal in 15 s, where
+The fast method uses this LP for its bound where it has at most 20,000 columns (on the 4×8
+example above at 1.05x it takes 0.095 points off the proven gap; with switches of 5 J and no
+latency, 0.51 points), and the MILP uses the same rows (2×4 with 60 clocks: proven optimal in 15 s, where
 the transport matrix proves nothing in 120 s).
 
 ## Layout

@@ -14,8 +14,9 @@ with the best feasible plan of each kind over every common period in ±3 % of th
 steady cycle (each stage holds its cheapest clock whose forward + backward fits it), every pair
 of such periods with the largest k that meets the deadline, and a few choices of how many
 cycles at each end keep the search's clocks. It is a measurement, not a bound: it shows
-whether the plan leaves an easy structured improvement on the table (the 16×64 target of a
-0.5 % proven gap needs 0.01–0.02 % less energy than the plan).
+whether the plan leaves an easy structured improvement on the table (on 16×64 a proven gap
+of 0.5 % is within 0.01–0.02 % of the plan's energy, and which side it lands moves with the
+search's seed: ``experiments/search_spread.py``).
 Then the fast method's search runs once more with its default budget, from the plan itself
 (``searched_again``) and from the best two-level hold plan (``two_level_searched``), so the
 two differ only in where the search starts; gaps are against the fast method's bound.

@@ -435,14 +435,15 @@ def _touching(p: Problem, segment: list[int]) -> list[list[int]]:
 
 def iterated_polish(p: Problem, choice: np.ndarray, deadline_s: float, budget_s: float = 8.0,
                     seed: int = 0, max_segment: int = 32, work: float = math.inf,
-                    budget: Budget | None = None) -> np.ndarray:
+                    budget: Budget | None = None, caps: tuple[int, int] = (16, 64)) -> np.ndarray:
     """Iterated local search on top of :func:`polish`: a *kick* makes a random segment of one
     device hold one ω (that of a random task in it; runs of one clock are what switch costs
     favour and what one-path moves cannot build); a kick that still meets the deadline has
     its freed slack used (:func:`solvers.relax.relax`) and the paths around the segment
     re-planned, and is kept when it costs less. Stops when the budget is spent (``work``
     units, :func:`kick_cost` and :func:`path_cost`, and ``budget_s`` seconds, or ``budget``);
-    with a work limit that is reached first, ``seed`` makes the result reproducible."""
+    with a work limit that is reached first, ``seed`` makes the result reproducible. ``caps``:
+    :func:`chain_dp`'s label caps (``cap``, ``gcap``) in the re-planning after a kick."""
     from .relax import relax_repeatedly
 
     ix = p.index
@@ -466,7 +467,8 @@ def iterated_polish(p: Problem, choice: np.ndarray, deadline_s: float, budget_s:
             continue
         budget.spend(kick_cost(p, tried=True))
         new = relax_repeatedly(p, new, D, rounds=2)
-        new = polish(p, new, D, alphas=(0.5,), paths=_touching(p, seg), cap=16, gcap=64, budget=budget)
+        new = polish(p, new, D, alphas=(0.5,), paths=_touching(p, seg), cap=caps[0], gcap=caps[1],
+                     budget=budget)
         e = ix.objective(new)
         if e < best - 1e-9 * abs(best) and ix.makespan(new) <= D * (1 + 1e-12):
             best, ch = e, new

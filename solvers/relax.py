@@ -656,8 +656,9 @@ def interpolate(p: Problem, fast: np.ndarray, slow: np.ndarray,
 #: time ``POLISH_S_PER_TASK`` × tasks (between ``POLISH_S_MIN`` and ``POLISH_S``) is only a
 #: cap. Measured on this project's 2-core CI machine (1F1B, 1 ms switches, 1.05x): 4x8 spends
 #: its 8,000 units in 1.0 s of its 1.9 s cap (gap 0.37 %), 8x32 its 64,000 in 6–7 s of 15 s
-#: (0.36 %), 16x64 (2,048 tasks) its 92,160 in 14–15 s of 25 s (0.51 %; the re-plan's LP
-#: solves are not work units, and a 20 s cap left too little headroom). The bound
+#: (0.36 %), 16x64 (2,048 tasks) its 92,160 in 14–15 s of 25 s (the re-plan's LP solves
+#: are not work units, and a 20 s cap left too little headroom). The final polish
+#: (``FINAL_SHARE``) adds a quarter to those units and about 1.6 s on 16x64; the bound
 #: (:func:`switch_bound`) comes on top: about 5.5 s on 16x64, 1 s on 8x32.
 POLISH_S = 25.0
 POLISH_S_MIN = 1.0
@@ -706,9 +707,10 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
     :func:`polish_budget`
     (work units, so the plan is reproducible, and a wall-time cap of ``polish_s`` seconds,
     by default ``POLISH_S_PER_TASK`` per task, at most ``POLISH_S``; ``polish_s`` also scales
-    the work; 0 turns the search off); when searching and ``surrogate_bound``, the bound is
-    :func:`switch_bound` (one more LP solve and a supergradient ascent, about 5 s on 16x64:
-    curves skip it)."""
+    the work; 0 turns the search off); last, ``FINAL_SHARE`` more work re-plans the best plan
+    with wider DP caps (:func:`_final_polish`), within the same cap; when searching and
+    ``surrogate_bound``, the bound is :func:`switch_bound` (one more LP solve and a
+    supergradient ascent, about 5 s on 16x64: curves skip it)."""
     ix = p.index
     lp = lp or HullLP(p)
     res = lp.solve(deadline_s)
@@ -731,12 +733,13 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
         plans = [ix.fastest_choice()]
     search = None
     if work > 0 and cap > 0:
-        budget = Budget.of(work, cap)
-        plans = _search(p, plans, deadline_s, budget)
-        search = {"work_units": round(budget.used, 1), "work_budget": round(work, 1),
+        budget = Budget.of(work * (1 + FINAL_SHARE), cap)
+        plans = _search(p, plans, deadline_s, budget.part(work, cap))
+        plans = [_final_polish(p, plans, deadline_s, budget)] + plans
+        search = {"work_units": round(budget.used, 1), "work_budget": round(budget.work, 1),
                   "time_cap_s": round(cap, 3), "capped_by_time": budget.capped}
     # every candidate is re-checked: the cheapest plan that meets the deadline is returned
-    energies = [ix.objective(c) if ix.makespan(c) <= deadline_s * (1 + 1e-9) else math.inf for c in plans]
+    energies = [_energy_if_meets(p, c, deadline_s) for c in plans]
     if not np.isfinite(min(energies)):
         fc = ix.fastest_choice()
         plans, energies = [fc], [ix.objective(fc)]
@@ -744,6 +747,22 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
     best_ch, best_e = plans[k], energies[k]
     return FastResult(best_ch, float(best_e), float(min(bound, best_e)), res.bound_j, res.slope_j_per_s,
                       search)
+
+
+def _energy_if_meets(p: Problem, choice: np.ndarray, deadline_s: float) -> float:
+    """The plan's energy in J, or inf when it misses the deadline."""
+    ix = p.index
+    return ix.objective(choice) if ix.makespan(choice) <= deadline_s * (1 + 1e-9) else math.inf
+
+
+def _final_polish(p: Problem, plans: list[np.ndarray], deadline_s: float, budget: Budget) -> np.ndarray:
+    """The cheapest of ``plans`` that meets the deadline, re-planned path by path
+    (:func:`solvers.lns.polish`) with ``FINAL_CAPS`` until ``budget`` is spent or a whole
+    cycle finds nothing."""
+    best = min(plans, key=lambda c: _energy_if_meets(p, c, deadline_s))
+    if not np.isfinite(_energy_if_meets(p, best, deadline_s)):
+        return best
+    return polish(p, best, deadline_s, cap=FINAL_CAPS[0], gcap=FINAL_CAPS[1], budget=budget)
 
 
 def switch_bound(p: Problem, lp: HullLP, res: LPResult, deadline_s: float,
@@ -810,6 +829,24 @@ def _switch_starts(p: Problem, fl: Flow, res: LPResult, deadline_s: float,
     return out
 
 
+#: :func:`solvers.lns.chain_dp`'s label caps (per option, over all) in the search. Thinning
+#: decides which moves a path's DP sees, so the search ends in a different local optimum
+#: with other caps. Measured on 1F1B 16x64 with 1 ms switches, kick seeds 0–3, final polish
+#: included: against 16/64, 24/96 ended 2–6 J lower at 1.2x in all four runs, and at 1.05x
+#: 2–4 J lower in two and 16–25 J higher in the other two. The search is that sensitive:
+#: its plans there spread over 26 J (0.05 %) across seeds and caps.
+SEARCH_CAPS = (24, 96)
+#: The kicks' random seed (:func:`solvers.lns.iterated_polish`); fixed, so plans are
+#: reproducible. ``experiments/search_spread.py`` measures how far plans move with it.
+SEARCH_SEED = 0
+#: The last step of the search: the best plan re-planned path by path with these wider caps
+#: (a closer-to-exact DP per path), on top of the search's work budget by this share.
+#: Measured on 1F1B 16x64 with 1 ms switches: after the search has stalled on its kicks,
+#: 20,000 more units (1.6 s) of this polish took 1.4–7.8 J (median 4.4 J) off each of 18
+#: searched plans (kick seeds 0–3, caps 16/64 to 48/160, 1.05x and 1.2x), where 92,160 more
+#: units of the search itself had taken 1–3 J.
+FINAL_CAPS = (64, 256)
+FINAL_SHARE = 0.25
 #: Share of the polish time each of the first four starts gets before the best one goes on.
 PROBE_SHARE = 0.1
 #: Share of the search budget spent after :func:`solvers.hold.best_hold_start`.
@@ -837,7 +874,8 @@ def _search(p: Problem, plans: list[np.ndarray], deadline_s: float, budget: Budg
                      budget.part((1 - HOLD_SHARE) * budget.left, (1 - HOLD_SHARE) * budget.seconds_left()))
     found = best_hold(p, plans[0], deadline_s)
     if found is None:
-        return [iterated_polish(p, plans[0], deadline_s, budget=budget)] + plans
+        return [iterated_polish(p, plans[0], deadline_s, seed=SEARCH_SEED, budget=budget,
+                                caps=SEARCH_CAPS)] + plans
     held, window = found
     part = budget.part(REPLAN_SHARE * budget.left, REPLAN_SHARE * budget.seconds_left())
     replanned = None
@@ -910,12 +948,14 @@ def _improve(p: Problem, plans: list[np.ndarray], deadline_s: float, budget: Bud
     the other starts."""
     ix = p.index
     work, secs = budget.left, budget.seconds_left()
-    probes = [polish(p, ch, deadline_s, cap=16, gcap=64, budget=budget.part(PROBE_SHARE * work, PROBE_SHARE * secs))
+    cap, gcap = SEARCH_CAPS
+    probes = [polish(p, ch, deadline_s, cap=cap, gcap=gcap,
+                     budget=budget.part(PROBE_SHARE * work, PROBE_SHARE * secs))
               for ch in plans[:4]]
     best = min(probes, key=ix.objective)
-    best = polish(p, best, deadline_s, cap=16, gcap=64,
+    best = polish(p, best, deadline_s, cap=cap, gcap=gcap,
                   budget=budget.part(budget.left / 2, budget.seconds_left() / 2))
     if not budget.done():
-        best = iterated_polish(p, best, deadline_s, budget=budget)
+        best = iterated_polish(p, best, deadline_s, seed=SEARCH_SEED, budget=budget, caps=SEARCH_CAPS)
     relaxed = relax(p, best, deadline_s)
     return [best, relaxed] + probes + plans

@@ -203,3 +203,18 @@ def test_bench_switch_lp_splits_the_excess_over_the_bound():
         regret = clock_regret_j(p, lp, mu, D, ch)
         assert regret >= -1e-9
         assert e - bound - regret >= -1e-6 * e                    # priced slack
+
+
+def test_search_spread_runs_each_setting_and_restores_the_defaults(tmp_path):
+    import search_spread
+
+    import solvers.relax as relax
+
+    saved = relax.SEARCH_CAPS, relax.SEARCH_SEED
+    rows = search_spread.main(["--cases", "2x3", "--deadlines", "1.2x", "--seeds", "0,1",
+                               "--caps", "16/64,8/32", "--out", str(tmp_path / "spread")])
+    assert (relax.SEARCH_CAPS, relax.SEARCH_SEED) == saved
+    assert [(r[2], r[3]) for r in rows] == [("16/64", 0), ("16/64", 1), ("8/32", 0), ("8/32", 1)]
+    assert len({r[5] for r in rows}) == 1                           # one bound per deadline
+    assert all(r[6] >= -1e-9 for r in rows)                         # no plan below the bound
+    assert "| 2x3 | 1.2x | 8/32 | 1 |" in (tmp_path / "spread.md").read_text()
