@@ -115,8 +115,9 @@ def _apply(choice: np.ndarray, cores: list[_Core], slow, fast, split_s: float) -
     return ch
 
 
-def _meets(p: Problem, choice: np.ndarray, deadline_s: float) -> bool:
-    """``choice``'s makespan is within ``deadline_s``."""
+def meets_deadline(p: Problem, choice: np.ndarray, deadline_s: float) -> bool:
+    """``choice``'s makespan is within ``deadline_s`` (a relative 1e-9 tolerance for the
+    rounding of summed durations)."""
     return p.index.makespan(choice) <= deadline_s * (1 + 1e-9)
 
 
@@ -131,7 +132,7 @@ def _window_levels(p: Problem, choice: np.ndarray, deadline_s: float, window: tu
     lo, hi = -1, len(levels)
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if _meets(p, _apply(choice, cores, levels[mid], levels[mid], 0.0), deadline_s):
+        if meets_deadline(p, _apply(choice, cores, levels[mid], levels[mid], 0.0), deadline_s):
             lo = mid
         else:
             hi = mid
@@ -160,7 +161,7 @@ def hold_start(p: Problem, choice, deadline_s: float, window: tuple[float, float
             a, b = 0, len(splits)    # latest split that fits; splits[0] holds no slow task
             while b - a > 1:
                 mid = (a + b) // 2
-                if _meets(p, _apply(choice, cores, levels[s], levels[f], splits[mid]), deadline_s):
+                if meets_deadline(p, _apply(choice, cores, levels[s], levels[f], splits[mid]), deadline_s):
                     a = mid
                 else:
                     b = mid

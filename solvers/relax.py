@@ -35,7 +35,7 @@ from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
 
 from .ascent import ASCENT_ITERS, ASCENT_S, flow_ascent
-from .hold import best_hold, held_problem, held_problem_values, replan_levels
+from .hold import best_hold, held_problem, held_problem_values, meets_deadline, replan_levels
 from .lns import Budget, iterated_polish, polish, windowed_rounding
 from .model import Problem
 from .switch_lp import switch_lp_duals
@@ -751,16 +751,16 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
 
 def _energy_if_meets(p: Problem, choice: np.ndarray, deadline_s: float) -> float:
     """The plan's energy in J, or inf when it misses the deadline."""
-    ix = p.index
-    return ix.objective(choice) if ix.makespan(choice) <= deadline_s * (1 + 1e-9) else math.inf
+    return p.index.objective(choice) if meets_deadline(p, choice, deadline_s) else math.inf
 
 
 def _final_polish(p: Problem, plans: list[np.ndarray], deadline_s: float, budget: Budget) -> np.ndarray:
     """The cheapest of ``plans`` that meets the deadline, re-planned path by path
     (:func:`solvers.lns.polish`) with ``FINAL_CAPS`` until ``budget`` is spent or a whole
     cycle finds nothing."""
-    best = min(plans, key=lambda c: _energy_if_meets(p, c, deadline_s))
-    if not np.isfinite(_energy_if_meets(p, best, deadline_s)):
+    energies = [_energy_if_meets(p, c, deadline_s) for c in plans]
+    best = plans[int(np.argmin(energies))]
+    if not np.isfinite(min(energies)):
         return best
     return polish(p, best, deadline_s, cap=FINAL_CAPS[0], gcap=FINAL_CAPS[1], budget=budget)
 
@@ -936,7 +936,7 @@ def _replan_hold(p: Problem, choice: np.ndarray, deadline_s: float, window: tupl
     if not starts:
         return None
     out = [best.expand(c) for c in _improve(q, starts, deadline_s, budget)]
-    ok = [c for c in out if ix.makespan(c) <= deadline_s * (1 + 1e-9)]
+    ok = [c for c in out if meets_deadline(p, c, deadline_s)]
     return min(ok, key=ix.objective) if ok else None
 
 
