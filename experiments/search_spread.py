@@ -11,6 +11,12 @@ not depend on the search, so it is computed once per deadline, in the first run:
 row's ``wall_s`` includes it). It shows how much of a gap figure is the search's luck: on
 16x64 the 0.5 % target sits inside that spread.
 
+Each row is one search (``solve_fast(..., portfolio=False)``). On 500 tasks or more the
+shipped fast method runs a portfolio (``relax.PORTFOLIO``): the shipped caps and, in a worker
+process, each member's caps, keeping the cheapest plan. The second table gives, per kick
+seed, the better of the rows whose caps the portfolio uses: what the portfolio would prove
+with every member at that seed (the shipped portfolio is seed 0).
+
     python experiments/search_spread.py                      # 8x32, 16x64; seeds 0-3; caps 16/64, 24/96
     python experiments/search_spread.py --cases 4x8 --seeds 0,1 --caps 24/96
 """
@@ -48,7 +54,7 @@ def spread_rows(p, name: str, deadline: str, caps: list[tuple[int, int]], seeds:
                 relax.SEARCH_CAPS, relax.SEARCH_SEED = c, seed
                 t0 = time.perf_counter()
                 first = len(rows) == 0
-                r = relax.solve_fast(p, D, surrogate_bound=first)
+                r = relax.solve_fast(p, D, surrogate_bound=first, portfolio=False)
                 wall = time.perf_counter() - t0
                 if first:
                     bound = max(bound, r.lower_bound_j)
@@ -60,6 +66,24 @@ def spread_rows(p, name: str, deadline: str, caps: list[tuple[int, int]], seeds:
         row[5] = round(bound, 2)
         row[6] = round(100 * (row[4] - bound) / row[4], 4)
     return rows
+
+
+PORTFOLIO_HEADERS = ["case", "deadline", "seed", "portfolio_caps", "plan_j", "gap_pct", "best_caps"]
+
+
+def portfolio_rows(rows: list[list]) -> list[list]:
+    """Per (case, deadline, seed): the cheapest of the single-search ``rows`` whose caps are
+    among the portfolio's (``relax.portfolio_members``); only where all were measured."""
+    want = [f"{m.caps[0]}/{m.caps[1]}" for m in relax.portfolio_members(relax.PORTFOLIO_MIN_TASKS)]
+    groups: dict[tuple, dict[str, list]] = {}
+    for r in rows:
+        groups.setdefault((r[0], r[1], r[3]), {})[r[2]] = r
+    out = []
+    for (case, dl, seed), by_caps in groups.items():
+        if all(c in by_caps for c in want):
+            best = min((by_caps[c] for c in want), key=lambda r: r[4])
+            out.append([case, dl, seed, " + ".join(want), best[4], best[6], best[2]])
+    return out
 
 
 def main(argv: list[str] | None = None) -> list[list]:
@@ -85,11 +109,15 @@ def main(argv: list[str] | None = None) -> list[list]:
                     print(dict(zip(HEADERS, r)), flush=True)
                 rows += new
                 # written after every deadline: an interrupted run keeps what it measured
+                extra = ", ".join(f"{m.caps[0]}/{m.caps[1]} seed {m.seed}" for m in relax.PORTFOLIO)
                 write_text_atomic(out, f"# search_spread\n\n{doc_body(__doc__)}\n\n"
                                   f"Shipped: caps {relax.SEARCH_CAPS[0]}/{relax.SEARCH_CAPS[1]}, "
                                   f"seed {relax.SEARCH_SEED}, final polish "
-                                  f"{relax.FINAL_CAPS[0]}/{relax.FINAL_CAPS[1]}.\n\n"
-                                  + markdown_table(HEADERS, rows))
+                                  f"{relax.FINAL_CAPS[0]}/{relax.FINAL_CAPS[1]}; portfolio member(s) "
+                                  f"{extra} from {relax.PORTFOLIO_MIN_TASKS} tasks.\n\n"
+                                  + markdown_table(HEADERS, rows)
+                                  + "\n\n## The portfolio's plan per seed\n\n"
+                                  + markdown_table(PORTFOLIO_HEADERS, portfolio_rows(rows)))
     return rows
 
 

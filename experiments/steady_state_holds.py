@@ -44,7 +44,7 @@ from bench_solvers import P2P_W, idle_priced_switch, make_profile  # noqa: E402
 from solvers import load_perseus_profile  # noqa: E402
 from solvers.lns import Budget  # noqa: E402
 from solvers.pipeline import task_name  # noqa: E402
-from solvers.relax import _improve, polish_budget, solve_fast  # noqa: E402
+from solvers.relax import _improve, polish_budget, portfolio_members, solve_fast  # noqa: E402
 
 
 class Holds:
@@ -122,10 +122,11 @@ class Holds:
 
 
 def searched(p, start: np.ndarray, deadline_s: float) -> float:
-    """Energy (J) after the fast method's search runs from ``start`` with its default budget."""
+    """Energy (J) after the fast method's first search (its caps and seed) runs from
+    ``start`` with its default budget."""
     ix = p.index
     work, cap = polish_budget(ix.n, None)
-    out = _improve(p, [start], deadline_s, Budget.of(work, cap))
+    out = _improve(p, [start], deadline_s, Budget.of(work, cap), portfolio_members(ix.n)[0])
     return min(ix.objective(c) for c in out if ix.makespan(c) <= deadline_s * (1 + 1e-9))
 
 

@@ -312,6 +312,13 @@ class Problem:
         d.update(changes)
         return Problem(**d)
 
+    def __reduce__(self):
+        # Pickled as its fields and re-validated on load (the index is rebuilt, not shipped):
+        # the read-only mappings do not pickle, and a search in a worker process
+        # (:mod:`solvers.workers`) receives its problem this way.
+        tr = dict(self.transitions) if isinstance(self.transitions, Mapping) else self.transitions
+        return (Problem, (self.tasks, self.edges, dict(self.idle_power_w), tr, self.name))
+
     # -- derived ----------------------------------------------------------------------------
     @property
     def index(self) -> _Index:

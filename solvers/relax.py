@@ -20,6 +20,8 @@
    an LP that charges part of a switch on every device edge (:func:`switch_surrogate_duals`),
    and raises the best of them by supergradient ascent over conserving flows
    (:mod:`solvers.ascent`), to within about 1 J of the LP with switch costs on 16x64 1F1B.
+   From ``PORTFOLIO_MIN_TASKS`` tasks a second search with other DP caps (``PORTFOLIO``)
+   runs in a worker process (:mod:`solvers.workers`) meanwhile; the cheaper plan wins.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from .hold import best_hold, held_problem, held_problem_values, meets_deadline, 
 from .lns import Budget, iterated_polish, polish, windowed_rounding
 from .model import Problem
 from .switch_lp import switch_lp_duals
+from .workers import GRACE_S, available_cpus, start
 
 
 def _quiet_highs(highspy):
@@ -695,7 +698,8 @@ def _repaired(p: Problem, ch: np.ndarray, deadline_s: float, horizons: list[floa
 
 def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
                slacks: tuple[float, ...] | None = None, polish_s: float | None = None,
-               surrogate_bound: bool = True) -> FastResult:
+               surrogate_bound: bool = True, portfolio: bool = True,
+               parallel: bool | None = None) -> FastResult:
     """LP/Lagrangian bound plus rounded-and-repaired plan at ``deadline_s``.
 
     Without switch costs the LP rounding and its ``slacks`` variants (default
@@ -710,7 +714,13 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
     the work; 0 turns the search off); last, ``FINAL_SHARE`` more work re-plans the best plan
     with wider DP caps (:func:`_final_polish`), within the same cap; when searching and
     ``surrogate_bound``, the bound is :func:`switch_bound` (one more LP solve and a
-    supergradient ascent, about 5 s on 16x64: curves skip it)."""
+    supergradient ascent, about 5 s on 16x64: curves skip it).
+
+    With ``portfolio`` and at least ``PORTFOLIO_MIN_TASKS`` tasks, every search of
+    :data:`PORTFOLIO` runs, each with that whole budget, and the cheapest plan wins; the others
+    run in worker processes (:mod:`solvers.workers`) while this one computes the bound and the
+    first search, when ``parallel`` (default: when this process may use two CPUs or more).
+    Parallel or not, the plan is the same."""
     ix = p.index
     lp = lp or HullLP(p)
     res = lp.solve(deadline_s)
@@ -719,8 +729,6 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
     lag_val, _ = device_viterbi(p, fl.f, fl.mu_dev)
     bound = max(bound, fl.const_j + lag_val)
     work, cap = polish_budget(ix.n, polish_s) if ix.has_transitions else (0.0, 0.0)
-    if work > 0 and cap > 0 and surrogate_bound:
-        bound = max(bound, switch_bound(p, lp, res, deadline_s))
     slacks = ROUNDING_SLACKS if slacks is None else slacks
     horizons = [res.makespan_s, deadline_s]
     if not ix.has_transitions:
@@ -733,11 +741,21 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
         plans = [ix.fastest_choice()]
     search = None
     if work > 0 and cap > 0:
-        budget = Budget.of(work * (1 + FINAL_SHARE), cap)
-        plans = _search(p, plans, deadline_s, budget.part(work, cap))
-        plans = [_final_polish(p, plans, deadline_s, budget)] + plans
-        search = {"work_units": round(budget.used, 1), "work_budget": round(budget.work, 1),
-                  "time_cap_s": round(cap, 3), "capped_by_time": budget.capped}
+        members = portfolio_members(ix.n)[:None if portfolio else 1]
+        if parallel is None:
+            parallel = available_cpus() >= 2
+        pending = [start(_run_member, p, plans, deadline_s, work, cap, m, parallel=parallel,
+                         timeout_s=cap + GRACE_S) for m in members[1:]]
+        try:
+            if surrogate_bound:
+                bound = max(bound, switch_bound(p, lp, res, deadline_s))
+            runs = [_run_member(p, plans, deadline_s, work, cap, members[0])]
+            runs += [job.result() for job in pending]
+        finally:
+            for job in pending:
+                job.close()
+        plans = [r.choice for r in runs] + plans
+        search = _search_record(p, deadline_s, work, cap, members, runs, pending)
     # every candidate is re-checked: the cheapest plan that meets the deadline is returned
     energies = [_energy_if_meets(p, c, deadline_s) for c in plans]
     if not np.isfinite(min(energies)):
@@ -847,6 +865,81 @@ SEARCH_SEED = 0
 #: units of the search itself had taken 1–3 J.
 FINAL_CAPS = (64, 256)
 FINAL_SHARE = 0.25
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """One search of the portfolio: :func:`solvers.lns.chain_dp`'s label caps (per option,
+    over all) and the kicks' random seed."""
+
+    caps: tuple[int, int]
+    seed: int
+
+
+#: The searches after the first (``SEARCH_CAPS``, ``SEARCH_SEED``) that :func:`solve_fast`
+#: runs on problems of ``PORTFOLIO_MIN_TASKS`` tasks or more, each with the full budget; the
+#: cheapest plan wins. Two searches with different caps end in different local optima, and
+#: the better of the two is much steadier than either: on 1F1B 8x32 and 16x64 with 1 ms
+#: switches at 1.05x and 1.2x (``experiments/search_spread.py``, kick seeds 0–3), 16/64 alone
+#: proved 0.493–0.508 % on 16x64, the better of 16/64 and 24/96 at the same seed
+#: 0.489–0.500 %. Another seed at the same caps is not as good a partner: the better of seeds
+#: 0 and 1 at 16/64 was no better than seed 0 at 1.2x.
+PORTFOLIO: tuple[SearchSettings, ...] = (SearchSettings((24, 96), 0),)
+#: Below this many tasks one search runs: its plan is quick to improve, and starting a
+#: worker process (about 1 s) would cost more than the second search gains.
+PORTFOLIO_MIN_TASKS = 500
+
+
+def portfolio_members(n_tasks: int) -> list[SearchSettings]:
+    """The searches :func:`solve_fast` runs for ``n_tasks`` tasks, the in-process one first
+    (``SEARCH_CAPS``/``SEARCH_SEED``, read at call time), then :data:`PORTFOLIO` when
+    ``n_tasks >= PORTFOLIO_MIN_TASKS``."""
+    first = SearchSettings(tuple(SEARCH_CAPS), int(SEARCH_SEED))
+    return [first] + (list(PORTFOLIO) if n_tasks >= PORTFOLIO_MIN_TASKS else [])
+
+
+@dataclass(frozen=True)
+class MemberRun:
+    """What one search returned: its plan (``choice``), the work units it spent and whether
+    its wall-time cap fired."""
+
+    choice: np.ndarray
+    work_units: float
+    capped_by_time: bool
+
+
+def _run_member(p: Problem, plans: list[np.ndarray], deadline_s: float, work: float, cap_s: float,
+                settings: SearchSettings) -> MemberRun:
+    """One search from the starts ``plans``: :func:`_search` with ``work`` units, then
+    :func:`_final_polish` with ``FINAL_SHARE`` more, all within ``cap_s`` seconds. Module
+    level and deterministic under its work budget, so a worker process can run it
+    (:mod:`solvers.workers`) and give the same plan."""
+    budget = Budget.of(work * (1 + FINAL_SHARE), cap_s)
+    found = _search(p, plans, deadline_s, budget.part(work, cap_s), settings)
+    best = _final_polish(p, found, deadline_s, budget)
+    return MemberRun(best, budget.used, budget.capped)
+
+
+def _search_record(p: Problem, deadline_s: float, work: float, cap_s: float,
+                   members: list[SearchSettings], runs: list[MemberRun], pending: list) -> dict:
+    """The plan's ``search`` record: work spent and budgeted over all searches, the time cap
+    (per search), whether any cap fired, and per search its settings, plan energy and where
+    it ran."""
+    where = ["here"] + ["worker" if job.in_worker and job.fallback is None else
+                        f"here ({job.fallback})" if job.fallback else "here" for job in pending]
+    energies = [_energy_if_meets(p, r.choice, deadline_s) for r in runs]
+    return {
+        "work_units": round(sum(r.work_units for r in runs), 1),
+        "work_budget": round(len(runs) * work * (1 + FINAL_SHARE), 1),
+        "time_cap_s": round(cap_s, 3),
+        "capped_by_time": any(r.capped_by_time for r in runs),
+        "members": [{"caps": list(m.caps), "seed": m.seed,
+                     "energy_j": round(e, 3) if math.isfinite(e) else None,   # None: late
+                     "work_units": round(r.work_units, 1), "capped_by_time": r.capped_by_time,
+                     "ran": w} for m, r, e, w in zip(members, runs, energies, where)],
+    }
+
+
 #: Share of the polish time each of the first four starts gets before the best one goes on.
 PROBE_SHARE = 0.1
 #: Share of the search budget spent after :func:`solvers.hold.best_hold_start`.
@@ -860,35 +953,38 @@ REPLAN_SHARE = 0.5
 REPLAN_WINDOW = (0.2, 0.8)
 
 
-def _search(p: Problem, plans: list[np.ndarray], deadline_s: float, budget: Budget) -> list[np.ndarray]:
+def _search(p: Problem, plans: list[np.ndarray], deadline_s: float, budget: Budget,
+            settings: SearchSettings) -> list[np.ndarray]:
     """:func:`_improve` the starts; where the first has a hold start (a steady middle, see
     :mod:`solvers.hold`), only with ``1 − HOLD_SHARE`` of the budget. Of the rest,
     ``REPLAN_SHARE`` re-plans around a slower hold (:func:`_replan_hold`, in
     ``REPLAN_WINDOW`` or else the best hold start's window), and the remainder goes on from
     the re-plan, the hold start (which moves every device's held clock at once; the
     path-by-path search cannot) and the plan. Short schedules with nothing to hold keep the
-    whole budget for one search. Returns the plans, best first."""
+    whole budget for one search. ``settings``: the DP caps and kick seed. Returns the plans,
+    best first."""
     if best_hold(p, plans[0], deadline_s) is None:
-        return _improve(p, plans, deadline_s, budget)
+        return _improve(p, plans, deadline_s, budget, settings)
     plans = _improve(p, plans, deadline_s,
-                     budget.part((1 - HOLD_SHARE) * budget.left, (1 - HOLD_SHARE) * budget.seconds_left()))
+                     budget.part((1 - HOLD_SHARE) * budget.left, (1 - HOLD_SHARE) * budget.seconds_left()),
+                     settings)
     found = best_hold(p, plans[0], deadline_s)
     if found is None:
-        return [iterated_polish(p, plans[0], deadline_s, seed=SEARCH_SEED, budget=budget,
-                                caps=SEARCH_CAPS)] + plans
+        return [iterated_polish(p, plans[0], deadline_s, seed=settings.seed, budget=budget,
+                                caps=settings.caps)] + plans
     held, window = found
     part = budget.part(REPLAN_SHARE * budget.left, REPLAN_SHARE * budget.seconds_left())
     replanned = None
     for w in dict.fromkeys((REPLAN_WINDOW, window)):      # a window with nothing to re-plan spends nothing
-        replanned = _replan_hold(p, plans[0], deadline_s, w, part)
+        replanned = _replan_hold(p, plans[0], deadline_s, w, part, settings)
         if replanned is not None:
             break
     starts = ([replanned] if replanned is not None else []) + [held, plans[0]]
-    return _improve(p, starts, deadline_s, budget) + plans
+    return _improve(p, starts, deadline_s, budget, settings) + plans
 
 
 def _replan_hold(p: Problem, choice: np.ndarray, deadline_s: float, window: tuple[float, float],
-                 budget: Budget) -> np.ndarray | None:
+                 budget: Budget, settings: SearchSettings) -> np.ndarray | None:
     """Hold every device with switch costs at one level through ``window`` of ``choice``'s
     schedule, possibly slower than fits its ramps, and plan everything else again around it:
     the held tasks keep one option each, and the rest gets the hull LP, the feasible starts
@@ -935,12 +1031,13 @@ def _replan_hold(p: Problem, choice: np.ndarray, deadline_s: float, window: tupl
     starts = _switch_starts(q, fl, res, deadline_s, [res.makespan_s, deadline_s])
     if not starts:
         return None
-    out = [best.expand(c) for c in _improve(q, starts, deadline_s, budget)]
+    out = [best.expand(c) for c in _improve(q, starts, deadline_s, budget, settings)]
     ok = [c for c in out if meets_deadline(p, c, deadline_s)]
     return min(ok, key=ix.objective) if ok else None
 
 
-def _improve(p: Problem, plans: list[np.ndarray], deadline_s: float, budget: Budget) -> list[np.ndarray]:
+def _improve(p: Problem, plans: list[np.ndarray], deadline_s: float, budget: Budget,
+             settings: SearchSettings) -> list[np.ndarray]:
     """Re-plan the first four starts path by path (:func:`solvers.lns.polish`) with
     ``PROBE_SHARE`` of the budget each, go on with the better one until it settles or half
     of what is left is spent, then kick it (:func:`solvers.lns.iterated_polish`) with the
@@ -948,7 +1045,7 @@ def _improve(p: Problem, plans: list[np.ndarray], deadline_s: float, budget: Bud
     the other starts."""
     ix = p.index
     work, secs = budget.left, budget.seconds_left()
-    cap, gcap = SEARCH_CAPS
+    cap, gcap = settings.caps
     probes = [polish(p, ch, deadline_s, cap=cap, gcap=gcap,
                      budget=budget.part(PROBE_SHARE * work, PROBE_SHARE * secs))
               for ch in plans[:4]]
@@ -956,6 +1053,6 @@ def _improve(p: Problem, plans: list[np.ndarray], deadline_s: float, budget: Bud
     best = polish(p, best, deadline_s, cap=cap, gcap=gcap,
                   budget=budget.part(budget.left / 2, budget.seconds_left() / 2))
     if not budget.done():
-        best = iterated_polish(p, best, deadline_s, seed=SEARCH_SEED, budget=budget, caps=SEARCH_CAPS)
+        best = iterated_polish(p, best, deadline_s, seed=settings.seed, budget=budget, caps=settings.caps)
     relaxed = relax(p, best, deadline_s)
     return [best, relaxed] + probes + plans

@@ -186,9 +186,11 @@ def pareto(problem: Problem, deadlines: Sequence[float | str] | None = None, n_p
     def fast_at(D: float):
         t1 = time.perf_counter()
         # Curves: more grid points beat extra roundings per point (measured, 8x32). With
-        # switch costs the whole curve gets one single plan's search, shared by its points.
+        # switch costs the whole curve gets one single plan's search, shared by its points,
+        # and one search per point (no portfolio: that would double the curve's time).
         search = 0.0 if switch_free else polish_budget(problem.n_tasks)[1] / max(len(ds), 1)
-        fr = solve_fast(problem, D, lp, slacks=(), polish_s=search, surrogate_bound=False)
+        fr = solve_fast(problem, D, lp, slacks=(), polish_s=search, surrogate_bound=False,
+                        portfolio=False)
         below = [d for d in solved if d < D]
         if below:
             fr = _reuse_previous(problem, solved[max(below)][0], fr, D)

@@ -218,3 +218,18 @@ def test_search_spread_runs_each_setting_and_restores_the_defaults(tmp_path):
     assert len({r[5] for r in rows}) == 1                           # one bound per deadline
     assert all(r[6] >= -1e-9 for r in rows)                         # no plan below the bound
     assert "| 2x3 | 1.2x | 8/32 | 1 |" in (tmp_path / "spread.md").read_text()
+
+
+def test_search_spread_portfolio_rows_take_the_cheaper_member_per_seed():
+    import search_spread
+
+    import solvers.relax as relax
+
+    first, *rest = relax.portfolio_members(relax.PORTFOLIO_MIN_TASKS)
+    caps = [f"{m.caps[0]}/{m.caps[1]}" for m in [first, *rest]]
+    rows = [["8x32", "1.2x", caps[0], 0, 100.0, 99.0, 1.0, 1.0],
+            ["8x32", "1.2x", caps[1], 0, 99.5, 99.0, 0.5025, 1.0],
+            ["8x32", "1.2x", caps[0], 1, 99.2, 99.0, 0.2016, 1.0],     # seed 1 lacks the member
+            ["8x32", "1.2x", "8/32", 0, 90.0, 99.0, -10.0, 1.0]]      # not in the portfolio
+    out = search_spread.portfolio_rows(rows)
+    assert out == [["8x32", "1.2x", 0, " + ".join(caps), 99.5, 0.5025, caps[1]]]
