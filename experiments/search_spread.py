@@ -5,7 +5,8 @@ re-planning by a label-thinned dynamic program, random kicks, and a final wider-
 (``solvers/relax.py``: ``SEARCH_CAPS``, ``SEARCH_SEED``, ``FINAL_CAPS``). Its work budget
 makes a plan reproducible, but not the best one can get: another kick seed or other label
 caps end in another local optimum. This script runs the search on 1F1B pipelines with 1 ms
-switches for each kick seed and each pair of caps given, with the shipped defaults otherwise,
+switches for each kick seed and each search given (caps, and work as a multiple of the
+default budget), with the shipped defaults otherwise,
 and reports each plan's energy and its gap against the fast method's bound (the bound does
 not depend on the search, so it is computed once per deadline, in the first run: that
 row's ``wall_s`` includes it). It shows how much of a gap figure is the search's luck: on
@@ -13,12 +14,13 @@ row's ``wall_s`` includes it). It shows how much of a gap figure is the search's
 
 Each row is one search (``solve_fast(..., portfolio=False)``). On 500 tasks or more the
 shipped fast method runs a portfolio (``relax.PORTFOLIO``): the shipped caps and, in a worker
-process, each member's caps, keeping the cheapest plan. The second table gives, per kick
-seed, the better of the rows whose caps the portfolio uses: what the portfolio would prove
-with every member at that seed (the shipped portfolio is seed 0).
+process, each member's caps and work, keeping the cheapest plan. By default the searches
+measured are the portfolio's. The second table gives, per kick seed, the better of the rows
+of the portfolio's searches: what the portfolio proves with every member at that seed (the
+shipped portfolio is seed 0).
 
-    python experiments/search_spread.py                      # 8x32, 16x64; seeds 0-3; caps 16/64, 24/96
-    python experiments/search_spread.py --cases 4x8 --seeds 0,1 --caps 24/96
+    python experiments/search_spread.py                      # 8x32, 16x64; seeds 0-3; the portfolio's searches
+    python experiments/search_spread.py --cases 4x8 --seeds 0,1 --searches 24/96,24/96x1.3
 """
 
 from __future__ import annotations
@@ -38,51 +40,73 @@ from bench_switch_lp import pipeline  # noqa: E402
 
 import solvers.relax as relax  # noqa: E402
 
-HEADERS = ["case", "deadline", "caps", "seed", "plan_j", "bound_j", "gap_pct", "wall_s"]
+HEADERS = ["case", "deadline", "caps", "work", "seed", "plan_j", "bound_j", "gap_pct", "wall_s"]
 
 
-def spread_rows(p, name: str, deadline: str, caps: list[tuple[int, int]], seeds: list[int]) -> list[list]:
-    """One row per (caps, seed): the fast method's plan with those search settings. The
-    module settings are restored afterwards."""
+def search_label(caps: tuple[int, int], share: float) -> tuple[str, float]:
+    """The (caps, work) cells of a search's rows."""
+    return f"{caps[0]}/{caps[1]}", float(share)
+
+
+def parse_searches(text: str) -> list[tuple[tuple[int, int], float]]:
+    """``CAP/GCAP[xSHARE],...`` (share of the default work, 1 when left out)."""
+    out = []
+    for item in text.split(","):
+        caps, _, share = item.partition("x")
+        out.append((tuple(int(x) for x in caps.split("/")), float(share or 1.0)))
+    return out
+
+
+def spread_rows(p, name: str, deadline: str, searches: list[tuple[tuple[int, int], float]],
+                seeds: list[int]) -> list[list]:
+    """One row per (search, seed): the fast method's plan with one search of those caps and
+    that share of the default work. The module settings are restored afterwards."""
     D = p.deadline_s(deadline)
     saved = relax.SEARCH_CAPS, relax.SEARCH_SEED
     bound = relax.solve_fast(p, D, polish_s=0.0).lower_bound_j      # raised below by the search's bound
+    cap_s = relax.polish_budget(p.n_tasks)[1]
     rows = []
     try:
-        for c in caps:
+        for c, share in searches:
             for seed in seeds:
                 relax.SEARCH_CAPS, relax.SEARCH_SEED = c, seed
                 t0 = time.perf_counter()
                 first = len(rows) == 0
-                r = relax.solve_fast(p, D, surrogate_bound=first, portfolio=False)
+                r = relax.solve_fast(p, D, polish_s=cap_s * share, surrogate_bound=first, portfolio=False)
                 wall = time.perf_counter() - t0
                 if first:
                     bound = max(bound, r.lower_bound_j)
-                rows.append([name, deadline, f"{c[0]}/{c[1]}", seed, round(r.energy_j, 2), 0.0, 0.0,
+                rows.append([name, deadline, *search_label(c, share), seed, round(r.energy_j, 2), 0.0, 0.0,
                              round(wall, 1)])
     finally:
         relax.SEARCH_CAPS, relax.SEARCH_SEED = saved
     for row in rows:
-        row[5] = round(bound, 2)
-        row[6] = round(100 * (row[4] - bound) / row[4], 4)
+        row[6] = round(bound, 2)
+        row[7] = round(100 * (row[5] - bound) / row[5], 4)
     return rows
 
 
-PORTFOLIO_HEADERS = ["case", "deadline", "seed", "portfolio_caps", "plan_j", "gap_pct", "best_caps"]
+PORTFOLIO_HEADERS = ["case", "deadline", "seed", "portfolio", "plan_j", "gap_pct", "best"]
+
+
+def portfolio_searches() -> list[tuple[tuple[int, int], float]]:
+    """The portfolio's searches (caps, work share), the in-process one first."""
+    return [(tuple(m.caps), m.work_share) for m in relax.portfolio_members(relax.PORTFOLIO_MIN_TASKS)]
 
 
 def portfolio_rows(rows: list[list]) -> list[list]:
-    """Per (case, deadline, seed): the cheapest of the single-search ``rows`` whose caps are
-    among the portfolio's (``relax.portfolio_members``); only where all were measured."""
-    want = [f"{m.caps[0]}/{m.caps[1]}" for m in relax.portfolio_members(relax.PORTFOLIO_MIN_TASKS)]
-    groups: dict[tuple, dict[str, list]] = {}
+    """Per (case, deadline, seed): the cheapest of the single-search ``rows`` of the
+    portfolio's searches (:func:`portfolio_searches`); only where all were measured."""
+    want = [search_label(c, s) for c, s in portfolio_searches()]
+    names = " + ".join(f"{c} x{w:g}" for c, w in want)
+    groups: dict[tuple, dict[tuple, list]] = {}
     for r in rows:
-        groups.setdefault((r[0], r[1], r[3]), {})[r[2]] = r
+        groups.setdefault((r[0], r[1], r[4]), {})[(r[2], float(r[3]))] = r
     out = []
-    for (case, dl, seed), by_caps in groups.items():
-        if all(c in by_caps for c in want):
-            best = min((by_caps[c] for c in want), key=lambda r: r[4])
-            out.append([case, dl, seed, " + ".join(want), best[4], best[6], best[2]])
+    for (case, dl, seed), by_search in groups.items():
+        if all(k in by_search for k in want):
+            best = min((by_search[k] for k in want), key=lambda r: r[5])
+            out.append([case, dl, seed, names, best[5], best[7], f"{best[2]} x{float(best[3]):g}"])
     return out
 
 
@@ -91,11 +115,12 @@ def main(argv: list[str] | None = None) -> list[list]:
     ap.add_argument("--cases", default="8x32,16x64", help="comma-separated SxM 1F1B pipelines")
     ap.add_argument("--deadlines", default="1.05x,1.2x")
     ap.add_argument("--seeds", default="0,1,2,3")
-    ap.add_argument("--caps", default="16/64,24/96", help="comma-separated cap/gcap pairs")
+    ap.add_argument("--searches", default=None,
+                    help="comma-separated CAP/GCAP[xWORK] (default: the portfolio's searches)")
     ap.add_argument("--out", default=str(RESULTS_DIR / "search_spread"),
                     help="results path without suffix (.md is written)")
     a = ap.parse_args(argv)
-    caps = [tuple(int(x) for x in c.split("/")) for c in a.caps.split(",")]
+    searches = parse_searches(a.searches) if a.searches else portfolio_searches()
     seeds = [int(s) for s in a.seeds.split(",")]
     rows: list[list] = []
     out = Path(a.out).with_suffix(".md")
@@ -104,12 +129,13 @@ def main(argv: list[str] | None = None) -> list[list]:
             S, M = (int(x) for x in case.split("x"))
             p = pipeline(S, M, Path(tmp))
             for dl in a.deadlines.split(","):
-                new = spread_rows(p, case, dl, caps, seeds)
+                new = spread_rows(p, case, dl, searches, seeds)
                 for r in new:
                     print(dict(zip(HEADERS, r)), flush=True)
                 rows += new
                 # written after every deadline: an interrupted run keeps what it measured
-                extra = ", ".join(f"{m.caps[0]}/{m.caps[1]} seed {m.seed}" for m in relax.PORTFOLIO)
+                extra = ", ".join(f"{m.caps[0]}/{m.caps[1]} seed {m.seed} at {m.work_share:g}x the work"
+                                  for m in relax.PORTFOLIO)
                 write_text_atomic(out, f"# search_spread\n\n{doc_body(__doc__)}\n\n"
                                   f"Shipped: caps {relax.SEARCH_CAPS[0]}/{relax.SEARCH_CAPS[1]}, "
                                   f"seed {relax.SEARCH_SEED}, final polish "

@@ -745,7 +745,7 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
         if parallel is None:
             parallel = available_cpus() >= 2
         pending = [start(_run_member, p, plans, deadline_s, work, cap, m, parallel=parallel,
-                         timeout_s=cap + GRACE_S) for m in members[1:]]
+                         timeout_s=cap * m.work_share + GRACE_S) for m in members[1:]]
         try:
             if surrogate_bound:
                 bound = max(bound, switch_bound(p, lp, res, deadline_s))
@@ -870,21 +870,27 @@ FINAL_SHARE = 0.25
 @dataclass(frozen=True)
 class SearchSettings:
     """One search of the portfolio: :func:`solvers.lns.chain_dp`'s label caps (per option,
-    over all) and the kicks' random seed."""
+    over all), the kicks' random seed, and its work (and wall-time cap) as a multiple of the
+    budget :func:`polish_budget` gives."""
 
     caps: tuple[int, int]
     seed: int
+    work_share: float = 1.0
 
 
-#: The searches after the first (``SEARCH_CAPS``, ``SEARCH_SEED``) that :func:`solve_fast`
-#: runs on problems of ``PORTFOLIO_MIN_TASKS`` tasks or more, each with the full budget; the
-#: cheapest plan wins. Two searches with different caps end in different local optima, and
-#: the better of the two is much steadier than either: on 1F1B 8x32 and 16x64 with 1 ms
+#: The searches after the first (``SEARCH_CAPS``, ``SEARCH_SEED``, the whole budget) that
+#: :func:`solve_fast` runs on problems of ``PORTFOLIO_MIN_TASKS`` tasks or more, in worker
+#: processes; the cheapest plan wins. Two searches with different caps end in different local
+#: optima, and the better of the two is much steadier than either: on 1F1B 16x64 with 1 ms
 #: switches at 1.05x and 1.2x (``experiments/search_spread.py``, kick seeds 0–3), 16/64 alone
-#: proved 0.493–0.508 % on 16x64, the better of 16/64 and 24/96 at the same seed
+#: proved 0.493–0.508 %, the better of 16/64 and 24/96 at the same seed and work
 #: 0.489–0.500 %. Another seed at the same caps is not as good a partner: the better of seeds
-#: 0 and 1 at 16/64 was no better than seed 0 at 1.2x.
-PORTFOLIO: tuple[SearchSettings, ...] = (SearchSettings((24, 96), 0),)
+#: 0 and 1 at 16/64 was no better than seed 0 at 1.2x. The worker computes no bound, so its
+#: search gets that time as work: 1.3 times the budget keeps both cores busy about equally
+#: long on 16x64 (bound 5.5 s, one search 16 s). Measured there at 1.05x, 1.1x, 1.15x, 1.2x
+#: and 1.3x over seeds 0–3, the pair proved ≤ 0.5 % in 13 of 20 runs with 24/96 at 1.0 and
+#: in 19 of 20 at 1.3.
+PORTFOLIO: tuple[SearchSettings, ...] = (SearchSettings((24, 96), 0, 1.3),)
 #: Below this many tasks one search runs: its plan is quick to improve, and starting a
 #: worker process (about 1 s) would cost more than the second search gains.
 PORTFOLIO_MIN_TASKS = 500
@@ -911,9 +917,10 @@ class MemberRun:
 def _run_member(p: Problem, plans: list[np.ndarray], deadline_s: float, work: float, cap_s: float,
                 settings: SearchSettings) -> MemberRun:
     """One search from the starts ``plans``: :func:`_search` with ``work`` units, then
-    :func:`_final_polish` with ``FINAL_SHARE`` more, all within ``cap_s`` seconds. Module
-    level and deterministic under its work budget, so a worker process can run it
-    (:mod:`solvers.workers`) and give the same plan."""
+    :func:`_final_polish` with ``FINAL_SHARE`` more, all within ``cap_s`` seconds, the three
+    times ``settings.work_share``. Module level and deterministic under its work budget, so a
+    worker process can run it (:mod:`solvers.workers`) and give the same plan."""
+    work, cap_s = work * settings.work_share, cap_s * settings.work_share
     budget = Budget.of(work * (1 + FINAL_SHARE), cap_s)
     found = _search(p, plans, deadline_s, budget.part(work, cap_s), settings)
     best = _final_polish(p, found, deadline_s, budget)
@@ -923,17 +930,17 @@ def _run_member(p: Problem, plans: list[np.ndarray], deadline_s: float, work: fl
 def _search_record(p: Problem, deadline_s: float, work: float, cap_s: float,
                    members: list[SearchSettings], runs: list[MemberRun], pending: list) -> dict:
     """The plan's ``search`` record: work spent and budgeted over all searches, the time cap
-    (per search), whether any cap fired, and per search its settings, plan energy and where
-    it ran."""
+    (of a search with ``work_share`` 1), whether any cap fired, and per search its settings,
+    plan energy and where it ran."""
     where = ["here"] + ["worker" if job.in_worker and job.fallback is None else
                         f"here ({job.fallback})" if job.fallback else "here" for job in pending]
     energies = [_energy_if_meets(p, r.choice, deadline_s) for r in runs]
     return {
         "work_units": round(sum(r.work_units for r in runs), 1),
-        "work_budget": round(len(runs) * work * (1 + FINAL_SHARE), 1),
+        "work_budget": round(sum(m.work_share for m in members) * work * (1 + FINAL_SHARE), 1),
         "time_cap_s": round(cap_s, 3),
         "capped_by_time": any(r.capped_by_time for r in runs),
-        "members": [{"caps": list(m.caps), "seed": m.seed,
+        "members": [{"caps": list(m.caps), "seed": m.seed, "work_share": m.work_share,
                      "energy_j": round(e, 3) if math.isfinite(e) else None,   # None: late
                      "work_units": round(r.work_units, 1), "capped_by_time": r.capped_by_time,
                      "ran": w} for m, r, e, w in zip(members, runs, energies, where)],

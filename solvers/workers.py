@@ -74,7 +74,8 @@ class Pending:
             pickle.dump((self.fn, self.args), f, protocol=pickle.HIGHEST_PROTOCOL)
         env = dict(os.environ)
         # the worker imports what this process can: its package and the caller's modules
-        env["PYTHONPATH"] = os.pathsep.join([p for p in sys.path if p] + [env.get("PYTHONPATH", "")])
+        paths = [p for p in sys.path if isinstance(p, str) and p] + [env.get("PYTHONPATH", "")]
+        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
         err = open(self.dir / "stderr.txt", "wb")
         try:
             self.proc = subprocess.Popen(

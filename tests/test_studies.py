@@ -212,24 +212,23 @@ def test_search_spread_runs_each_setting_and_restores_the_defaults(tmp_path):
 
     saved = relax.SEARCH_CAPS, relax.SEARCH_SEED
     rows = search_spread.main(["--cases", "2x3", "--deadlines", "1.2x", "--seeds", "0,1",
-                               "--caps", "16/64,8/32", "--out", str(tmp_path / "spread")])
+                               "--searches", "16/64,8/32x0.5", "--out", str(tmp_path / "spread")])
     assert (relax.SEARCH_CAPS, relax.SEARCH_SEED) == saved
-    assert [(r[2], r[3]) for r in rows] == [("16/64", 0), ("16/64", 1), ("8/32", 0), ("8/32", 1)]
-    assert len({r[5] for r in rows}) == 1                           # one bound per deadline
-    assert all(r[6] >= -1e-9 for r in rows)                         # no plan below the bound
-    assert "| 2x3 | 1.2x | 8/32 | 1 |" in (tmp_path / "spread.md").read_text()
+    assert [(r[2], r[3], r[4]) for r in rows] == [("16/64", 1.0, 0), ("16/64", 1.0, 1),
+                                                  ("8/32", 0.5, 0), ("8/32", 0.5, 1)]
+    assert len({r[6] for r in rows}) == 1                           # one bound per deadline
+    assert all(r[7] >= -1e-9 for r in rows)                         # no plan below the bound
+    assert "| 2x3 | 1.2x | 8/32 | 0.5 | 1 |" in (tmp_path / "spread.md").read_text()
 
 
 def test_search_spread_portfolio_rows_take_the_cheaper_member_per_seed():
     import search_spread
 
-    import solvers.relax as relax
-
-    first, *rest = relax.portfolio_members(relax.PORTFOLIO_MIN_TASKS)
-    caps = [f"{m.caps[0]}/{m.caps[1]}" for m in [first, *rest]]
-    rows = [["8x32", "1.2x", caps[0], 0, 100.0, 99.0, 1.0, 1.0],
-            ["8x32", "1.2x", caps[1], 0, 99.5, 99.0, 0.5025, 1.0],
-            ["8x32", "1.2x", caps[0], 1, 99.2, 99.0, 0.2016, 1.0],     # seed 1 lacks the member
-            ["8x32", "1.2x", "8/32", 0, 90.0, 99.0, -10.0, 1.0]]      # not in the portfolio
+    (c0, w0), (c1, w1) = search_spread.portfolio_searches()[:2]
+    a, b = f"{c0[0]}/{c0[1]}", f"{c1[0]}/{c1[1]}"
+    rows = [["8x32", "1.2x", a, w0, 0, 100.0, 99.0, 1.0, 1.0],
+            ["8x32", "1.2x", b, w1, 0, 99.5, 99.0, 0.5025, 1.0],
+            ["8x32", "1.2x", a, w0, 1, 99.2, 99.0, 0.2016, 1.0],     # seed 1 lacks the member
+            ["8x32", "1.2x", b, w1 + 1, 0, 90.0, 99.0, -10.0, 1.0]]  # other work: not a member
     out = search_spread.portfolio_rows(rows)
-    assert out == [["8x32", "1.2x", 0, " + ".join(caps), 99.5, 0.5025, caps[1]]]
+    assert out == [["8x32", "1.2x", 0, f"{a} x{w0:g} + {b} x{w1:g}", 99.5, 0.5025, f"{b} x{w1:g}"]]

@@ -92,6 +92,8 @@ def test_the_portfolio_gives_the_same_plan_in_parallel_or_not(monkeypatch):
     assert [x["ran"] for x in m] == ["here", "worker"] and seq.search["members"][1]["ran"].startswith("here")
     assert [x["caps"] for x in m] == [list(relax.SEARCH_CAPS)] + [list(s.caps) for s in relax.PORTFOLIO]
     assert par.energy_j == pytest.approx(min(x["energy_j"] for x in m), abs=1e-3)
-    assert par.search["work_budget"] == pytest.approx(2 * one.search["work_budget"], abs=0.2)
+    shares = 1 + sum(s.work_share for s in relax.PORTFOLIO)
+    assert par.search["work_budget"] == pytest.approx(shares * one.search["work_budget"], abs=0.2)
+    assert [x["work_share"] for x in m] == [1.0] + [s.work_share for s in relax.PORTFOLIO]
     assert len(one.search["members"]) == 1 and one.energy_j >= par.energy_j - 1e-9
     assert np.array_equal(one.choice, relax.solve_fast(p, D, portfolio=True).choice)   # 12 tasks: one search
