@@ -16,8 +16,7 @@ bench_table = "\n".join(ln for ln in bench.splitlines() if ln.startswith("|"))
 
 def regret_split(path: Path = Path("experiments/results/bench_switch_lp.md")) -> str:
     """The 16x64 rows of bench_switch_lp's bound table: clock regret and priced slack, J."""
-    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in path.read_text().splitlines()
-            if ln.startswith("|")]
+    rows = _md_rows(path)
     head = next((r for r in rows if "clock_regret_j" in r), None)
     if head is None:
         return "not measured"
@@ -27,10 +26,15 @@ def regret_split(path: Path = Path("experiments/results/bench_switch_lp.md")) ->
     return "; ".join(parts) or "not measured"
 
 
+def _table_rows(text: str, prefix: str = "|") -> list[list[str]]:
+    """The cells of every Markdown table row in ``text`` that starts with ``prefix``."""
+    return [[c.strip() for c in ln.strip("|").split("|")] for ln in text.splitlines()
+            if ln.startswith(prefix)]
+
+
 def _md_rows(path: Path) -> list[list[str]]:
     """The cells of every table row of a results page (header rows included)."""
-    return [[c.strip() for c in ln.strip("|").split("|")] for ln in path.read_text().splitlines()
-            if ln.startswith("|")]
+    return _table_rows(path.read_text())
 
 
 def switch_gaps(path: Path = Path("experiments/results/bench_solvers.md")) -> str:
@@ -46,13 +50,8 @@ PORTFOLIO_HEAD = "## The portfolio's plan per seed"
 
 def _spread_tables(path: Path) -> tuple[list[list[str]], list[list[str]]]:
     """search_spread's 16x64 rows: single searches, then the portfolio's per seed."""
-    text = path.read_text()
-    single, _, port = text.partition(PORTFOLIO_HEAD)
-
-    def rows(t: str) -> list[list[str]]:
-        return [[c.strip() for c in ln.strip("|").split("|")] for ln in t.splitlines()
-                if ln.startswith("| 16x64 ")]
-    return rows(single), rows(port)
+    single, _, port = path.read_text().partition(PORTFOLIO_HEAD)
+    return _table_rows(single, "| 16x64 "), _table_rows(port, "| 16x64 ")
 
 
 def spread_note(path: Path = Path("experiments/results/search_spread.md")) -> str:

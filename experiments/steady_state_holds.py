@@ -42,6 +42,7 @@ from _common import RESULTS_DIR, doc_body, markdown_table, write_text_atomic  # 
 from bench_solvers import P2P_W, idle_priced_switch, make_profile  # noqa: E402
 
 from solvers import load_perseus_profile  # noqa: E402
+from solvers.hold import meets_deadline  # noqa: E402
 from solvers.lns import Budget  # noqa: E402
 from solvers.pipeline import task_name  # noqa: E402
 from solvers.relax import _improve, polish_budget, portfolio_members, solve_fast  # noqa: E402
@@ -127,7 +128,7 @@ def searched(p, start: np.ndarray, deadline_s: float) -> float:
     ix = p.index
     work, cap = polish_budget(ix.n, None)
     out = _improve(p, [start], deadline_s, Budget.of(work, cap), portfolio_members(ix.n)[0])
-    return min(ix.objective(c) for c in out if ix.makespan(c) <= deadline_s * (1 + 1e-9))
+    return min(ix.objective(c) for c in out if meets_deadline(p, c, deadline_s))
 
 
 def compare(stages: int, microbatches: int, switch_s: float, deadline: str, prof: Path) -> dict:

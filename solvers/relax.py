@@ -717,8 +717,8 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
     supergradient ascent, about 5 s on 16x64: curves skip it).
 
     With ``portfolio`` and at least ``PORTFOLIO_MIN_TASKS`` tasks, every search of
-    :data:`PORTFOLIO` runs, each with that whole budget, and the cheapest plan wins; the others
-    run in worker processes (:mod:`solvers.workers`) while this one computes the bound and the
+    :data:`PORTFOLIO` runs too, each with its ``work_share`` of that budget and cap, and the
+    cheapest plan wins; they run in worker processes (:mod:`solvers.workers`) while this one computes the bound and the
     first search, when ``parallel`` (default: when this process may use two CPUs or more).
     Parallel or not, the plan is the same."""
     ix = p.index
@@ -739,7 +739,7 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
         plans = _switch_starts(p, fl, res, deadline_s, horizons)
     if not plans:
         plans = [ix.fastest_choice()]
-    search = None
+    runs: list[MemberRun] = []
     if work > 0 and cap > 0:
         members = portfolio_members(ix.n)[:None if portfolio else 1]
         if parallel is None:
@@ -755,9 +755,9 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
             for job in pending:
                 job.close()
         plans = [r.choice for r in runs] + plans
-        search = _search_record(p, deadline_s, work, cap, members, runs, pending)
     # every candidate is re-checked: the cheapest plan that meets the deadline is returned
     energies = [_energy_if_meets(p, c, deadline_s) for c in plans]
+    search = _search_record(work, cap, members, runs, energies[:len(runs)], pending) if runs else None
     if not np.isfinite(min(energies)):
         fc = ix.fastest_choice()
         plans, energies = [fc], [ix.objective(fc)]
@@ -927,14 +927,13 @@ def _run_member(p: Problem, plans: list[np.ndarray], deadline_s: float, work: fl
     return MemberRun(best, budget.used, budget.capped)
 
 
-def _search_record(p: Problem, deadline_s: float, work: float, cap_s: float,
-                   members: list[SearchSettings], runs: list[MemberRun], pending: list) -> dict:
+def _search_record(work: float, cap_s: float, members: list[SearchSettings], runs: list[MemberRun],
+                   energies: list[float], pending: list) -> dict:
     """The plan's ``search`` record: work spent and budgeted over all searches, the time cap
     (of a search with ``work_share`` 1), whether any cap fired, and per search its settings,
-    plan energy and where it ran."""
+    plan energy (``energies``, inf when late) and where it ran."""
     where = ["here"] + ["worker" if job.in_worker and job.fallback is None else
                         f"here ({job.fallback})" if job.fallback else "here" for job in pending]
-    energies = [_energy_if_meets(p, r.choice, deadline_s) for r in runs]
     return {
         "work_units": round(sum(r.work_units for r in runs), 1),
         "work_budget": round(sum(m.work_share for m in members) * work * (1 + FINAL_SHARE), 1),
