@@ -192,67 +192,73 @@ def chain_dp(w: PathWindow, cap: int = 48, gcap: int = 160) -> np.ndarray | None
 
 
 def _chain_dp(w: PathWindow, cap: int, gcap: int) -> tuple[np.ndarray | None, int]:
-    """:func:`chain_dp` and the number of labels it generated (its work)."""
+    """:func:`chain_dp` and the number of labels it generated (its work).
+
+    Each layer's labels sit in a (option × candidate) array, one row per option, so the
+    per-option Pareto sets come from small row sorts instead of one sort of every label by
+    (option, finish, cost); the labels kept, their order and the work counted are the same
+    (about 2× faster on 16x64 1F1B windows)."""
     layers = []
     made = 0
     pf = pc = po = None
+    free: dict[tuple[int, int], np.ndarray | None] = {}     # per switch matrix: the one free move per option
     for pos in range(len(w.tasks)):
         T, C, rel, due = w.time_s[pos], w.cost_j[pos], w.release_s[pos], w.due_s[pos]
         K = len(T)
         if pos == 0:
-            f = rel + T
-            c = C.copy()
-            o = np.arange(K)
-            b = np.full(K, -1)
+            f = (rel + T)[:, None]
+            c = C[:, None]
+            b = np.full((K, 1), -1)
         else:
             G = _pareto_thin(pf, pc, gcap)
             gf, gc, go = pf[G], pc[G], po[G]
             link = w.links[pos]
             if link is None:
-                st = np.maximum(rel[None, :], gf[:, None])
-                cc = gc[:, None] + C[None, :]
+                f = np.maximum(rel[:, None], gf[None, :]) + T[:, None]
+                c = gc[None, :] + C[:, None]
             else:
                 tau, ext = link
-                st = np.maximum(rel[None, :], gf[:, None] + tau[go, :])
-                cc = gc[:, None] + C[None, :] + ext[go, :]
-            ff = st + T[None, :]
-            fl = [ff.ravel()]
-            cl = [cc.ravel()]
-            ol = [np.broadcast_to(np.arange(K)[None, :], ff.shape).ravel()]
-            bl = [np.broadcast_to(G[:, None], ff.shape).ravel()]
+                f = np.maximum(rel[:, None], gf[None, :] + tau[go, :].T) + T[:, None]
+                c = gc[None, :] + C[:, None] + ext[go, :].T
+            b = np.broadcast_to(G[None, :], f.shape)
             if link is not None:
                 # keeping the clock (a free transition) from any label, even one thinned away
                 # above; by the cost matrix, not by index: the two tasks' option lists may
-                # differ in length and order
-                tau, ext = link
-                idx, nxt = np.nonzero(((tau == 0) & (ext == 0))[po])
-                fl.append(np.maximum(rel[nxt], pf[idx]) + T[nxt])
-                cl.append(pc[idx] + C[nxt])
-                ol.append(nxt)
-                bl.append(idx)
-            f, c, o, b = (np.concatenate(x) for x in (fl, cl, ol, bl))
-        made += f.size
-        ok = f <= due[o]
-        f, c, o, b = f[ok], c[ok], o[ok], b[ok]
-        if f.size == 0:
+                # differ in length and order. Each goes to its option's row, after the others.
+                idx, nxt = _free_moves(tau, ext, po, free)
+                if idx.size:
+                    f, c, b = _append_per_row(K, nxt, (f, c, b), (np.maximum(rel[nxt], pf[idx]) + T[nxt],
+                                                                 pc[idx] + C[nxt], idx))
+        made += int(np.isfinite(f).sum())
+        ok = f <= due[:, None]             # padding (inf) is never ok
+        n_ok = ok.sum(axis=1)
+        if not n_ok.any():
             return None, made
-        # Pareto per option: sort by (option, finish, cost), segmented running minimum.
-        srt = np.lexsort((c, f, o))
-        f, c, o, b = f[srt], c[srt], o[srt], b[srt]
-        key = c - o * (4.0 * (c.max() - c.min()) + 1.0)
-        cm = np.minimum.accumulate(key)
-        keep = np.ones(len(f), dtype=bool)
-        keep[1:] = (key[1:] < cm[:-1] - 1e-12) | (o[1:] != o[:-1])
-        f, c, o, b = f[keep], c[keep], o[keep], b[keep]
-        s0 = np.flatnonzero(np.r_[True, o[1:] != o[:-1]])
-        size = np.diff(np.r_[s0, len(o)])
+        f = np.where(ok, f, np.inf)
+        c = np.where(ok, c, np.inf)
+        # per option: sort by (finish, cost), ties in the order made; keep the Pareto labels
+        width = f.shape[1]
+        rows = np.arange(K)[:, None] * width
+        i1 = np.argsort(c, axis=1, kind="stable") + rows
+        perm = (i1.ravel()[np.argsort(f.ravel()[i1], axis=1, kind="stable") + rows]).ravel()
+        f, c, b = (x.ravel()[perm].reshape(K, width) for x in (f, c, b))
+        real = np.arange(f.shape[1])[None, :] < n_ok[:, None]
+        cv = c[real]
+        # the same arithmetic as one running minimum over all options in a row, whose keys
+        # are offset per option (kept so that plans do not move by rounding)
+        key = c - np.arange(K)[:, None] * (4.0 * (cv.max() - cv.min()) + 1.0)
+        cm = np.minimum.accumulate(key, axis=1)
+        keep = real.copy()
+        keep[:, 1:] &= key[:, 1:] < cm[:, :-1] - 1e-12
+        size = keep.sum(axis=1)
         if size.max() > cap:
             # ≤ cap evenly spread labels per option, its first and last always kept
-            seg = np.repeat(np.arange(len(s0)), size)
-            r = np.arange(len(o)) - s0[seg]
-            span = np.maximum(size[seg] - 1, 1)
-            sel = (size[seg] <= cap) | (r == 0) | ((r * (cap - 1)) // span != ((r - 1) * (cap - 1)) // span)
-            f, c, o, b = f[sel], c[sel], o[sel], b[sel]
+            r = np.cumsum(keep, axis=1) - 1
+            span = np.maximum(size - 1, 1)[:, None]
+            keep &= ((size <= cap)[:, None] | (r == 0)
+                     | ((r * (cap - 1)) // span != ((r - 1) * (cap - 1)) // span))
+        o = np.nonzero(keep)[0]
+        f, c, b = f[keep], c[keep], b[keep]
         layers.append((o, b))
         pf, pc, po = f, c, o
     j = int(np.argmin(pc))
@@ -262,6 +268,41 @@ def _chain_dp(w: PathWindow, cap: int, gcap: int) -> tuple[np.ndarray | None, in
         out[pos] = o[j]
         j = int(b[j])
     return out, made
+
+
+def _free_moves(tau: np.ndarray, ext: np.ndarray, po: np.ndarray,
+                cache: dict[tuple[int, int], np.ndarray | None]) -> tuple[np.ndarray, np.ndarray]:
+    """(label, option) pairs, by label, for every free move (no latency, no extra energy)
+    from a label with option ``po[label]``: ``np.nonzero(free[po])``, without building that
+    array when each option has exactly one free move (one clock per option, as in 1F1B)."""
+    key = (id(tau), id(ext))      # both live for the whole DP, so ids are stable
+    if key not in cache:
+        fm = (tau == 0) & (ext == 0)
+        cache[key] = fm.argmax(axis=1) if (fm.sum(axis=1) == 1).all() else None
+    one = cache[key]
+    if one is None:
+        return np.nonzero(((tau == 0) & (ext == 0))[po])
+    return np.arange(po.size), one[po]
+
+
+def _append_per_row(rows: int, row: np.ndarray, arrays: tuple, values: tuple) -> tuple:
+    """``arrays`` (rows × m) widened with ``values`` (1-D, one entry per ``row`` index): each
+    row gets its values after its m columns, in their order; padding is inf (the last array,
+    back-pointers, gets 0)."""
+    count = np.bincount(row, minlength=rows)
+    first = np.r_[0, np.cumsum(count)[:-1]]
+    if (row[1:] >= row[:-1]).all():           # the usual case: labels come sorted by option
+        col = np.arange(row.size) - first[row]
+    else:
+        order = np.argsort(row, kind="stable")
+        col = np.empty(row.size, dtype=int)
+        col[order] = np.arange(row.size) - first[row[order]]
+    out = []
+    for a, v in zip(arrays, values):
+        pad = np.full((rows, int(count.max())), 0 if a.dtype.kind == "i" else np.inf, dtype=a.dtype)
+        pad[row, col] = v
+        out.append(np.hstack([a, pad]))
+    return tuple(out)
 
 
 def windowed_rounding(p: Problem, time_s: np.ndarray, deadline_s: float, alpha: float = 0.5,
