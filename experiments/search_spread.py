@@ -1,8 +1,8 @@
 """How far does the fast method's plan move with its search's seed and label caps?
 
 With switch costs the fast method's plan comes from a local search (``solvers/lns.py``): path
-re-planning by a label-thinned dynamic program, random kicks, and a final wider-capped polish
-(``solvers/relax.py``: ``SEARCH_CAPS``, ``SEARCH_SEED``, ``FINAL_CAPS``). Its work budget
+re-planning by a label-thinned dynamic program, random kicks, and final polishes with wider caps
+(``solvers/relax.py``: ``SEARCH_CAPS``, ``SEARCH_SEED``, ``FINAL_STAGES``). Its work budget
 makes a plan reproducible, but not the best one can get: another kick seed or other label
 caps end in another local optimum. This script runs the search on 1F1B pipelines with 1 ms
 switches for each kick seed and each search given (caps, and work as a multiple of the
@@ -139,7 +139,8 @@ def main(argv: list[str] | None = None) -> list[list]:
                 write_text_atomic(out, f"# search_spread\n\n{doc_body(__doc__)}\n\n"
                                   f"Shipped: caps {relax.SEARCH_CAPS[0]}/{relax.SEARCH_CAPS[1]}, "
                                   f"seed {relax.SEARCH_SEED}, final polish "
-                                  f"{relax.FINAL_CAPS[0]}/{relax.FINAL_CAPS[1]}; portfolio member(s) "
+                                  + " then ".join(f"{c[0]}/{c[1]} ({s:g}x the work)" for c, s in relax.FINAL_STAGES)
+                                  + "; portfolio member(s) "
                                   f"{extra} from {relax.PORTFOLIO_MIN_TASKS} tasks.\n\n"
                                   + markdown_table(HEADERS, rows)
                                   + "\n\n## The portfolio's plan per seed\n\n"

@@ -308,6 +308,9 @@ def device_viterbi(p: Problem, f: np.ndarray, mu_dev: np.ndarray) -> tuple[float
         first = np.minimum.reduceat(pos, off) - off        # first minimiser, as np.argmin
         total += float(mins[free].sum())
         choice[free] = first[free]
+    lock = _lockstep(ix)
+    if lock is not None:
+        return _viterbi_lockstep(ix, lock, np.asarray(f, dtype=float), mu_dev, choice, total), choice
     for d, seq in ix.dev_seq.items():
         if d in ix.switch_free_devices:
             continue
@@ -335,6 +338,95 @@ def device_viterbi(p: Problem, f: np.ndarray, mu_dev: np.ndarray) -> tuple[float
             if pos:
                 b = int(back[pos][b])
     return total, choice
+
+
+@dataclass(frozen=True)
+class _Lockstep:
+    """Devices with switch costs stepped through together by :func:`_viterbi_lockstep`:
+    ``tasks[pos]`` the pos-th task of each, ``flat[pos]`` their options' indices in the
+    flattened option arrays, ``switch_s``/``extra_j[pos]`` their constant switch latency and
+    extra energy (position 0: unused)."""
+
+    tasks: np.ndarray          # positions × devices
+    flat: np.ndarray           # positions × devices × options
+    switch_s: np.ndarray       # positions × devices
+    extra_j: np.ndarray        # positions × devices
+
+
+def _lockstep(ix) -> _Lockstep | None:
+    """The :class:`_Lockstep` layout when every device with switch costs has as many tasks,
+    each position has as many options on every device, and every switch costs one constant
+    (latency, extra) except that staying on an option is free, as in 1F1B with one clock per
+    option; else None. Cached on the index."""
+    cache = ix.__dict__.setdefault("_lockstep", [])
+    if cache:
+        return cache[0]
+    seqs = [seq for d, seq in ix.dev_seq.items() if d not in ix.switch_free_devices]
+    out = None
+    if seqs and len({len(s) for s in seqs}) == 1:
+        tasks = np.array(seqs).T
+        ks = np.array(ix.k)[tasks]
+        consts = [[_constant_stay_free(ix.tau[v], ix.extra[v]) for v in row] for row in tasks[1:]]
+        if (ks == ks[0, 0]).all() and all(c is not None for row in consts for c in row):
+            flat = ix.time_flat[0][tasks][:, :, None] + np.arange(ks[0, 0])[None, None, :]
+            sw = np.zeros(tasks.shape)
+            ex = np.zeros(tasks.shape)
+            if len(tasks) > 1:
+                sw[1:] = [[c[0] for c in row] for row in consts]
+                ex[1:] = [[c[1] for c in row] for row in consts]
+            out = _Lockstep(tasks, flat, sw, ex)
+    cache.append(out)
+    return out
+
+
+def _constant_stay_free(tau: np.ndarray | None, ext: np.ndarray | None) -> tuple[float, float] | None:
+    """(latency, extra energy) of every switch when those are one constant off the diagonal
+    and 0 on it (staying on an option is free, every change costs the same); else None."""
+    if tau is None or tau.shape[0] != tau.shape[1] or tau.shape[0] < 2:
+        return None
+    off = ~np.eye(tau.shape[0], dtype=bool)
+    t, e = tau[off], ext[off]
+    if np.diag(tau).any() or np.diag(ext).any() or np.ptp(t) > 0 or np.ptp(e) > 0 or not (t[0] > 0 or e[0] > 0):
+        return None
+    return float(t[0]), float(e[0])
+
+
+def _viterbi_lockstep(ix, lock: _Lockstep, f: np.ndarray, mu_dev: np.ndarray, choice: np.ndarray,
+                      total: float) -> float:
+    """:func:`device_viterbi` over the devices of ``lock`` at once, writing their tasks'
+    options into ``choice``; returns their summed value. Each step costs O(options) per
+    device instead of O(options²): the cheapest way into option j is staying on j or the
+    cheapest switch from another option, whose cost is one constant. Returns ``total`` plus
+    their values, added device by device. The arithmetic, the tie-breaking (first minimiser)
+    and the order of the sum are the per-device loop's, so values and choices agree bit for
+    bit."""
+    own_all = ix.cost_flat + f[ix.option_owner] * ix.time_flat[1]
+    n_pos, g = lock.tasks.shape
+    rows = np.arange(g)
+    val = own_all[lock.flat[0]]
+    K = val.shape[1]
+    cols = np.arange(K)[None, :]
+    back = []
+    for pos in range(1, n_pos):
+        v = lock.tasks[pos]
+        w = (val + lock.extra_j[pos][:, None]) + (mu_dev[v] * lock.switch_s[pos])[:, None]
+        a1 = np.argmin(w, axis=1)
+        w2 = w.copy()
+        w2[rows, a1] = np.inf
+        a2 = np.argmin(w2, axis=1)
+        sw = np.where(a1[:, None] == cols, a2[:, None], a1[:, None])       # first other minimiser
+        sw_val = w[rows[:, None], sw]
+        arg = np.where(val < sw_val, cols, np.where(sw_val < val, sw, np.minimum(cols, sw)))
+        back.append(arg)
+        val = own_all[lock.flat[pos]] + np.where(arg == cols, val, sw_val)
+    b = np.argmin(val, axis=1)
+    for d in range(g):
+        total += float(val[d, b[d]])
+    for pos in range(n_pos - 1, -1, -1):
+        choice[lock.tasks[pos]] = b
+        if pos:
+            b = back[pos - 1][rows, b]
+    return total
 
 
 def lagrangian_bound(p: Problem, lp: HullLP, duals: np.ndarray, deadline_s: float):
@@ -772,15 +864,17 @@ def _energy_if_meets(p: Problem, choice: np.ndarray, deadline_s: float) -> float
     return p.index.objective(choice) if meets_deadline(p, choice, deadline_s) else math.inf
 
 
-def _final_polish(p: Problem, plans: list[np.ndarray], deadline_s: float, budget: Budget) -> np.ndarray:
+def _final_polish(p: Problem, plans: list[np.ndarray], deadline_s: float, budget: Budget,
+                  caps: tuple[int, int] | None = None) -> np.ndarray:
     """The cheapest of ``plans`` that meets the deadline, re-planned path by path
-    (:func:`solvers.lns.polish`) with ``FINAL_CAPS`` until ``budget`` is spent or a whole
-    cycle finds nothing."""
+    (:func:`solvers.lns.polish`) with DP caps ``caps`` (default: the first of
+    :data:`FINAL_STAGES`) until ``budget`` is spent or a whole cycle finds nothing."""
+    caps = caps or FINAL_STAGES[0][0]
     energies = [_energy_if_meets(p, c, deadline_s) for c in plans]
     best = plans[int(np.argmin(energies))]
     if not np.isfinite(min(energies)):
         return best
-    return polish(p, best, deadline_s, cap=FINAL_CAPS[0], gcap=FINAL_CAPS[1], budget=budget)
+    return polish(p, best, deadline_s, cap=caps[0], gcap=caps[1], budget=budget)
 
 
 def switch_bound(p: Problem, lp: HullLP, res: LPResult, deadline_s: float,
@@ -857,14 +951,19 @@ SEARCH_CAPS = (16, 64)
 #: The kicks' random seed (:func:`solvers.lns.iterated_polish`); fixed, so plans are
 #: reproducible. ``experiments/search_spread.py`` measures how far plans move with it.
 SEARCH_SEED = 0
-#: The last step of the search: the best plan re-planned path by path with these wider caps
-#: (a closer-to-exact DP per path), on top of the search's work budget by this share.
+#: The last steps of the search: the best plan re-planned path by path with wider DP caps
+#: (closer-to-exact DPs per path), each stage on top of the search's work budget by its share
+#: (the first also gets what the search left unspent). Each stage starts from the plan the
+#: one before returned and keeps it unless it finds a cheaper one, so the second stage can
+#: only lower the energy of the plan the first one gave.
 #: Measured on 1F1B 16x64 with 1 ms switches: after the search has stalled on its kicks,
-#: 20,000 more units (1.6 s) of this polish took 1.4–7.8 J (median 4.4 J) off each of 18
-#: searched plans (kick seeds 0–3, caps 16/64 to 48/160, 1.05x and 1.2x), where 92,160 more
-#: units of the search itself had taken 1–3 J.
-FINAL_CAPS = (64, 256)
-FINAL_SHARE = 0.25
+#: 20,000 more units (1.6 s) of 64/256 took 1.4–7.8 J (median 4.4 J) off each of 18 searched
+#: plans (kick seeds 0–3, caps 16/64 to 48/160, 1.05x and 1.2x), where 92,160 more units of
+#: the search itself had taken 1–3 J. From the four plans of the portfolio's two searches at
+#: 1.05x and 1.2x (seed 0), 128/512 then took 0.9–3.2 J off with 40,000 units (about 2 s),
+#: 1.4–4.2 J with 80,000 (4 s) and 1.7–4.8 J with 160,000 (7–9 s; about where it stops
+#: finding anything): 0.85 of the 16x64 budget is 78,000 units.
+FINAL_STAGES: tuple[tuple[tuple[int, int], float], ...] = (((64, 256), 0.25), ((128, 512), 0.85))
 
 
 @dataclass(frozen=True)
@@ -917,14 +1016,24 @@ class MemberRun:
 def _run_member(p: Problem, plans: list[np.ndarray], deadline_s: float, work: float, cap_s: float,
                 settings: SearchSettings) -> MemberRun:
     """One search from the starts ``plans``: :func:`_search` with ``work`` units, then
-    :func:`_final_polish` with ``FINAL_SHARE`` more, all within ``cap_s`` seconds, the three
-    times ``settings.work_share``. Module level and deterministic under its work budget, so a
-    worker process can run it (:mod:`solvers.workers`) and give the same plan."""
+    :func:`_final_polish` by each of :data:`FINAL_STAGES` with its share more, all within
+    ``cap_s`` seconds, all times ``settings.work_share``. Module level and deterministic under
+    its work budget, so a worker process can run it (:mod:`solvers.workers`) and give the
+    same plan."""
     work, cap_s = work * settings.work_share, cap_s * settings.work_share
-    budget = Budget.of(work * (1 + FINAL_SHARE), cap_s)
+    budget = Budget.of(work * (1 + _final_shares()), cap_s)
     found = _search(p, plans, deadline_s, budget.part(work, cap_s), settings)
-    best = _final_polish(p, found, deadline_s, budget)
+    for i, (caps, _) in enumerate(FINAL_STAGES):
+        later = work * _final_shares(i + 1)           # kept for the stages after this one
+        best = _final_polish(p, found, deadline_s,
+                             budget.part(budget.left - later, budget.seconds_left()), caps)
+        found = [best]
     return MemberRun(best, budget.used, budget.capped)
+
+
+def _final_shares(first: int = 0) -> float:
+    """The work shares of :data:`FINAL_STAGES` from stage ``first`` on, summed."""
+    return sum(share for _, share in FINAL_STAGES[first:])
 
 
 def _search_record(work: float, cap_s: float, members: list[SearchSettings], runs: list[MemberRun],
@@ -936,7 +1045,7 @@ def _search_record(work: float, cap_s: float, members: list[SearchSettings], run
                         f"here ({job.fallback})" if job.fallback else "here" for job in pending]
     return {
         "work_units": round(sum(r.work_units for r in runs), 1),
-        "work_budget": round(sum(m.work_share for m in members) * work * (1 + FINAL_SHARE), 1),
+        "work_budget": round(sum(m.work_share for m in members) * work * (1 + _final_shares()), 1),
         "time_cap_s": round(cap_s, 3),
         "capped_by_time": any(r.capped_by_time for r in runs),
         "members": [{"caps": list(m.caps), "seed": m.seed, "work_share": m.work_share,

@@ -9,7 +9,7 @@ from test_solvers_exact import TR, random_dag
 
 from solvers import ConstantTransition, one_f_one_b
 from solvers.lns import chain_dp, dependency_paths, iterated_polish, neighbourhoods, path_window
-from solvers.relax import FINAL_SHARE, _final_polish, solve_fast
+from solvers.relax import _final_polish, _final_shares, solve_fast
 
 
 def _clock_opts(clocks, scale=1.0):
@@ -141,6 +141,66 @@ def test_final_polish_starts_from_the_cheapest_plan_that_meets_the_deadline(seed
     assert np.array_equal(late, slowest)     # nothing meets the deadline: returned untouched
 
 
+@pytest.mark.parametrize("deadline", ["1.05x", "1.3x"])
+def test_later_final_stages_only_lower_the_energy(monkeypatch, deadline):
+    """The search and the first final stage give the plan they gave alone; the wider stage
+    after them starts from it and keeps it unless it finds a cheaper one."""
+    import solvers.relax as R
+
+    p = pipeline(stages=4, mb=6)
+    D = p.deadline_s(deadline)
+    starts = R._switch_starts(p, *_flow_and_lp(p, D), D, [D])
+    work, cap = R.polish_budget(p.n_tasks)
+    both = R._run_member(p, starts, D, work, cap, R.portfolio_members(p.n_tasks)[0])
+    monkeypatch.setattr(R, "FINAL_STAGES", R.FINAL_STAGES[:1])
+    first = R._run_member(p, starts, D, work, cap, R.portfolio_members(p.n_tasks)[0])
+    ix = p.index
+    assert R.meets_deadline(p, both.choice, D)
+    assert ix.objective(both.choice) <= ix.objective(first.choice) * (1 + 1e-12)
+    assert both.work_units >= first.work_units
+
+
+def _flow_and_lp(p, D):
+    from solvers.relax import HullLP, flow_from_duals
+
+    lp = HullLP(p)
+    res = lp.solve(D)
+    return flow_from_duals(p, lp, res.duals, D), res
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_lockstep_viterbi_equals_the_per_device_loop_bit_for_bit(seed):
+    """Devices stepped together with O(options) switches give the per-device loop's value
+    and choice exactly, ties included (prices rounded so that many options tie)."""
+    from solvers.relax import _lockstep, device_viterbi
+
+    p = pipeline(stages=3, mb=5)
+    ix = p.index
+    assert _lockstep(ix) is not None                    # 1F1B: one constant switch, equal lengths
+    rng = np.random.default_rng(2100 + seed)
+    for _ in range(10):
+        f = rng.random(ix.n) * rng.choice([0.0, 1.0, 30.0])
+        mu = rng.random(ix.n) * rng.choice([0.0, 5.0, 100.0])
+        if seed % 2:
+            f, mu = np.round(f), np.round(mu)
+        fast = device_viterbi(p, f, mu)
+        ix.__dict__["_lockstep"] = [None]               # force the per-device loop
+        slow = device_viterbi(p, f, mu)
+        ix.__dict__.pop("_lockstep")
+        assert fast[0] == slow[0] and np.array_equal(fast[1], slow[1])
+
+
+def test_lockstep_needs_equal_devices_and_constant_switches():
+    from test_solvers_exact import ClockDistance
+
+    from solvers.relax import _lockstep
+
+    assert _lockstep(pipeline(tr=ClockDistance()).index) is None      # cost depends on the pair
+    rng = np.random.default_rng(5)
+    uneven = random_dag(rng, 7, 3, 2, ConstantTransition(0.1, 1.0))  # 4 and 3 tasks per device
+    assert _lockstep(uneven.index) is None
+
+
 @pytest.mark.parametrize("seed", range(8))
 @pytest.mark.parametrize("share", [0.2, 1.0])
 def test_surrogate_duals_give_a_valid_bound(seed, share):
@@ -254,7 +314,7 @@ def test_fast_plan_reports_its_search_and_a_time_cap():
     plan = solve(p, "1.2x", method="fast")
     s = plan.meta["search"]
     # the search spends its work; the final polish may stop earlier, when it finds nothing
-    assert s["work_units"] >= s["work_budget"] / (1 + FINAL_SHARE) and not s["capped_by_time"]
+    assert s["work_units"] >= s["work_budget"] / (1 + _final_shares()) and not s["capped_by_time"]
     assert "note:" not in plan.summary()
     tiny = solve(p, "1.2x", method="fast", time_limit_s=1e-9)       # the cap fires at once
     assert tiny.meta["search"]["capped_by_time"]
