@@ -34,7 +34,7 @@ from .model import Problem
 @dataclass
 class Budget:
     """What a search may still spend: ``work`` units and wall time until ``t_end``
-    (``time.perf_counter()``). One unit is about 1,000 DP labels (0.13 ms of work here); see
+    (``time.perf_counter()``). One unit is about 1,000 DP labels (about 0.07 ms of work here); see
     :func:`path_cost` and :func:`kick_cost`. Work decides when a search stops, so the result
     does not depend on the machine's speed; the wall-clock cap is only a safety net, and
     ``capped`` records that it fired. A :meth:`part` charges its parent too.
@@ -89,8 +89,9 @@ class Budget:
         return Budget(min(work, self.left), min(time.perf_counter() + seconds, self.t_end), parent=self)
 
 
-#: Labels :func:`chain_dp` generates per work unit (about 0.13 ms of numpy work, measured
-#: at 0.11–0.14 µs per label on 4x8 to 16x64 1F1B with 1 ms switches).
+#: Labels :func:`chain_dp` generates per work unit (about 0.13 ms of numpy work when this was
+#: set, measured at 0.11–0.14 µs per label on 4x8 to 16x64 1F1B with 1 ms switches; about
+#: half that since the DP sorts its labels per option). Kept, so that plans stay the same.
 LABELS_PER_UNIT = 1000
 
 

@@ -394,7 +394,7 @@ def _constant_stay_free(tau: np.ndarray | None, ext: np.ndarray | None) -> tuple
 def _viterbi_lockstep(ix, lock: _Lockstep, f: np.ndarray, mu_dev: np.ndarray, choice: np.ndarray,
                       total: float) -> float:
     """:func:`device_viterbi` over the devices of ``lock`` at once, writing their tasks'
-    options into ``choice``; returns their summed value. Each step costs O(options) per
+    options into ``choice``. Each step costs O(options) per
     device instead of O(options²): the cheapest way into option j is staying on j or the
     cheapest switch from another option, whose cost is one constant. Returns ``total`` plus
     their values, added device by device. The arithmetic, the tie-breaking (first minimiser)
@@ -749,12 +749,14 @@ def interpolate(p: Problem, fast: np.ndarray, slow: np.ndarray,
 #: tasks work units (at most ``POLISH_WORK``; one unit ≈ 1,000 DP labels, see
 #: :class:`solvers.lns.Budget`), so a plan does not depend on the machine's speed; the wall
 #: time ``POLISH_S_PER_TASK`` × tasks (between ``POLISH_S_MIN`` and ``POLISH_S``) is only a
-#: cap. Measured on this project's 2-core CI machine (1F1B, 1 ms switches, 1.05x): 4x8 spends
-#: its 8,000 units in 1.0 s of its 1.9 s cap (gap 0.37 %), 8x32 its 64,000 in 6–7 s of 15 s
+#: cap. Measured on this project's 2-core CI machine (1F1B, 1 ms switches, 1.05x), before
+#: the DP sorted its labels per option (since 1.9× faster on 16x64 windows): 4x8 spent its
+#: 8,000 units in 1.0 s of its 1.9 s cap (gap 0.37 %), 8x32 its 64,000 in 6–7 s of 15 s
 #: (0.36 %), 16x64 (2,048 tasks) its 92,160 in 14–15 s of 25 s (the re-plan's LP solves
-#: are not work units, and a 20 s cap left too little headroom). The final polish
-#: (``FINAL_SHARE``) adds a quarter to those units and about 1.6 s on 16x64; the bound
-#: (:func:`switch_bound`) comes on top: about 5.5 s on 16x64, 1 s on 8x32.
+#: are not work units, and a 20 s cap left too little headroom). The final polishes
+#: (:data:`FINAL_STAGES`) add 1.1 times those units; with them, the whole search of 16x64
+#: now takes about 16 s of its 25 s. The bound (:func:`switch_bound`) comes on top: about
+#: 3.5 s on 16x64, 1 s on 8x32.
 POLISH_S = 25.0
 POLISH_S_MIN = 1.0
 POLISH_S_PER_TASK = 0.03
@@ -803,10 +805,10 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
     :func:`polish_budget`
     (work units, so the plan is reproducible, and a wall-time cap of ``polish_s`` seconds,
     by default ``POLISH_S_PER_TASK`` per task, at most ``POLISH_S``; ``polish_s`` also scales
-    the work; 0 turns the search off); last, ``FINAL_SHARE`` more work re-plans the best plan
-    with wider DP caps (:func:`_final_polish`), within the same cap; when searching and
-    ``surrogate_bound``, the bound is :func:`switch_bound` (one more LP solve and a
-    supergradient ascent, about 5 s on 16x64: curves skip it).
+    the work; 0 turns the search off); last, each of :data:`FINAL_STAGES` re-plans the best
+    plan with wider DP caps and its share more work (:func:`_final_polish`), within the same
+    cap; when searching and ``surrogate_bound``, the bound is :func:`switch_bound` (one more LP solve and a
+    supergradient ascent, about 3.5 s on 16x64: curves skip it).
 
     With ``portfolio`` and at least ``PORTFOLIO_MIN_TASKS`` tasks, every search of
     :data:`PORTFOLIO` runs too, each with its ``work_share`` of that budget and cap, and the
@@ -985,10 +987,12 @@ class SearchSettings:
 #: proved 0.493–0.508 %, the better of 16/64 and 24/96 at the same seed and work
 #: 0.489–0.500 %. Another seed at the same caps is not as good a partner: the better of seeds
 #: 0 and 1 at 16/64 was no better than seed 0 at 1.2x. The worker computes no bound, so its
-#: search gets that time as work: 1.3 times the budget keeps both cores busy about equally
-#: long on 16x64 (bound 5.5 s, one search 16 s). Measured there at 1.05x, 1.1x, 1.15x, 1.2x
-#: and 1.3x over seeds 0–3, the pair proved ≤ 0.5 % in 13 of 20 runs with 24/96 at 1.0 and
-#: in 19 of 20 at 1.3.
+#: search gets that time as work: 1.3 times the budget kept both cores busy about equally
+#: long on 16x64 when it was chosen (bound 5.5 s, one search 16 s; with the faster bound,
+#: 3.5 s, and both final polishes the worker now ends about when this process does).
+#: Measured there at 1.05x, 1.1x, 1.15x, 1.2x and 1.3x over seeds 0–3 with one final
+#: polish, the pair proved ≤ 0.5 % in 13 of 20 runs with 24/96 at 1.0 and in 19 of 20 at
+#: 1.3; with both final polishes in 20 of 20 (at most 0.493 %).
 PORTFOLIO: tuple[SearchSettings, ...] = (SearchSettings((24, 96), 0, 1.3),)
 #: Below this many tasks one search runs: its plan is quick to improve, and starting a
 #: worker process (about 1 s) would cost more than the second search gains.
