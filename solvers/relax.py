@@ -361,22 +361,34 @@ def _lockstep(ix) -> _Lockstep | None:
     cache = ix.__dict__.setdefault("_lockstep", [])
     if cache:
         return cache[0]
+    cache.append(_lockstep_layout(ix))
+    return cache[0]
+
+
+def _lockstep_layout(ix) -> _Lockstep | None:
+    """:func:`_lockstep`'s layout, built (or refused) once per index."""
     seqs = [seq for d, seq in ix.dev_seq.items() if d not in ix.switch_free_devices]
-    out = None
-    if seqs and len({len(s) for s in seqs}) == 1:
-        tasks = np.array(seqs).T
-        ks = np.array(ix.k)[tasks]
-        consts = [[_constant_stay_free(ix.tau[v], ix.extra[v]) for v in row] for row in tasks[1:]]
-        if (ks == ks[0, 0]).all() and all(c is not None for row in consts for c in row):
-            flat = ix.time_flat[0][tasks][:, :, None] + np.arange(ks[0, 0])[None, None, :]
-            sw = np.zeros(tasks.shape)
-            ex = np.zeros(tasks.shape)
-            if len(tasks) > 1:
-                sw[1:] = [[c[0] for c in row] for row in consts]
-                ex[1:] = [[c[1] for c in row] for row in consts]
-            out = _Lockstep(tasks, flat, sw, ex)
-    cache.append(out)
-    return out
+    if not seqs or len({len(s) for s in seqs}) != 1:
+        return None
+    tasks = np.array(seqs).T
+    ks = np.array(ix.k)[tasks]
+    if (ks != ks[0, 0]).any():
+        return None
+    seen: dict[tuple[int, int], tuple[float, float] | None] = {}   # 1F1B shares its matrices
+    consts = []
+    for v in tasks[1:].ravel():
+        key = (id(ix.tau[v]), id(ix.extra[v]))
+        if key not in seen:
+            seen[key] = _constant_stay_free(ix.tau[v], ix.extra[v])
+        if seen[key] is None:
+            return None
+        consts.append(seen[key])
+    flat = ix.time_flat[0][tasks][:, :, None] + np.arange(ks[0, 0])[None, None, :]
+    sw = np.zeros(tasks.shape)
+    ex = np.zeros(tasks.shape)
+    if consts:
+        sw[1:], ex[1:] = np.array(consts).T.reshape(2, *tasks[1:].shape)
+    return _Lockstep(tasks, flat, sw, ex)
 
 
 def _constant_stay_free(tau: np.ndarray | None, ext: np.ndarray | None) -> tuple[float, float] | None:

@@ -34,6 +34,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from frontier.io import atomic_write
+
 #: The worker's program: not ``-m solvers.workers``, which would run this module a second
 #: time as ``__main__`` after the package's own import of it.
 _BOOT = "import sys; from solvers.workers import _main; sys.exit(_main(sys.argv[1], sys.argv[2]))"
@@ -144,8 +146,10 @@ def _main(job: str, result: str) -> int:
     with open(job, "rb") as f:
         fn, args = pickle.load(f)
     value = fn(*args)
-    tmp = result + ".part"
-    with open(tmp, "wb") as f:
-        pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
-    os.replace(tmp, result)        # all or nothing: a killed worker leaves no half result
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
+
+    atomic_write(result, write)    # all or nothing: a killed worker leaves no half result
     return 0
