@@ -238,6 +238,9 @@ def solve_chain(p: Problem, deadline_s: float, order: list[int], max_labels: int
                 rel_tol: float = 1e-12) -> ChainResult:
     """Exact minimum-energy choice for a chain under ``deadline_s`` (see module docstring)."""
     ca = chain_arrays(p, order)
+    # Accept what Problem.check_feasible accepts: a deadline a few ulps below the float sum of
+    # the fastest times is feasible (the all-fastest plan), not "no feasible chain plan".
+    deadline_s = deadline_s * (1 + 1e-12) + 1e-15
     lam, lb, ch, ub = lagrangian(ca, deadline_s)
     if ch is None:
         raise ValueError("no feasible chain plan")   # callers check feasibility first
@@ -279,8 +282,9 @@ def _cross_state_prune(ca: ChainArrays, nxt: int, T, E, S, par):
     T, E, S, par = T[o], E[o], S[o], par[o]
     pref = np.minimum.accumulate(E)
     if dt == 0.0:
+        # Energy-only switches (τ = 0, ε > 0) still cost the other label up to εmax more.
         keep = np.ones(len(T), dtype=bool)
-        keep[1:] = E[1:] < pref[:-1]
+        keep[1:] = E[1:] < pref[:-1] + de
     else:
         # last label with t_i ≤ t_j − dt (strictly earlier, since dt > 0)
         j = np.searchsorted(T, T - dt, side="right") - 1

@@ -314,9 +314,14 @@ def test_fast_plan_reports_its_search_and_a_time_cap():
     p = pipeline(stages=3, mb=4)
     plan = solve(p, "1.2x", method="fast")
     s = plan.meta["search"]
-    # the search spends its work; the final polish may stop earlier, when it finds nothing
-    assert s["work_units"] >= s["work_budget"] / (1 + _final_shares()) and not s["capped_by_time"]
-    assert "note:" not in plan.summary()
+    # The search spends its work (the final polish may stop earlier, when it finds nothing),
+    # unless its wall-clock safety net fired on a loaded machine: then the plan must say so.
+    # (Budgeting by work alone, so that this cannot happen, is issue 22.)
+    if s["capped_by_time"]:
+        assert "cap" in plan.summary()
+    else:
+        assert s["work_units"] >= s["work_budget"] / (1 + _final_shares())
+        assert "note:" not in plan.summary()
     tiny = solve(p, "1.2x", method="fast", time_limit_s=1e-9)       # the cap fires at once
     assert tiny.meta["search"]["capped_by_time"]
     assert "cap" in tiny.summary() and tiny.makespan_s <= tiny.deadline_s * (1 + 1e-9)
