@@ -2,7 +2,7 @@
 uncertainty, deviation tests, Pareto frontiers and their composition. Pure (numpy/scipy/matplotlib).
 """
 
-from .compose import clark_max, idle, par, par_multi, seq
+from .compose import clark_max, idle, par, par_multi, repeat, seq
 from .dag import DagSchedule, TransitionUse, dag, dag_schedule
 from .deviation import DeviationResult, LocalizationResult, critical_value, deviation, prefix_scan
 from .errors import CompositionError, EnergyCalculusError, FormatError, InvalidSignatureError
@@ -34,7 +34,7 @@ from .signature import Signature, Term
 from .transition import TransitionTable
 
 __all__ = [
-    "OperatingPoint", "Signature", "Term", "seq", "par", "par_multi", "idle", "clark_max",
+    "OperatingPoint", "Signature", "Term", "seq", "repeat", "par", "par_multi", "idle", "clark_max",
     "EnergyCalculusError", "InvalidSignatureError", "CompositionError", "FormatError",
 ]
 

@@ -9,6 +9,7 @@ Every operator returns a :class:`~frontier.signature.Signature` (closure).
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
@@ -19,6 +20,11 @@ from .operating_point import OperatingPoint
 from .signature import Signature, Term, variances_from_terms
 
 MaxMethod = Literal["dominant", "clark"]
+
+#: Largest k ``repeat`` (and a workbook's ``times``) accepts: 10**12 runs of even a 1 µs
+#: kernel is 11 days, and k stays far below 2**53, where float(k) would stop being exact and
+#: repeat could no longer equal seq of copies.
+MAX_REPEAT = 10**12
 
 
 def _flat(elems: Sequence[Signature | Iterable[Signature]]) -> list[Signature]:
@@ -47,30 +53,33 @@ def _combine_terms(children: Sequence[Signature], w_time: Sequence[float], s_e: 
     """Sum child sensitivities. ∂T = Σ w_i ∂T_i. ∂E/∂T_leaf = s_e·∂T when ``s_e`` is given
     (parallel: static paid once over the makespan) else Σ ∂E_i/∂T_leaf (sequential).
     ∂E/∂d_leaf = Σ ∂E_i/∂d_leaf always (dynamic energies add)."""
-    acc: dict[str, list[float]] = {}
+    # Exact sums (fsum): a leaf used k times then has exactly k·∂, which is what the closed
+    # form of ``repeat`` computes, so repeat(e, k) and seq([e]*k) agree bit for bit.
+    acc: dict[str, tuple[list[float], list[float], list[float]]] = {}
     var: dict[str, tuple[float, float]] = {}
     for c, w in zip(children, w_time):
         for k, t in c.terms.items():
-            a = acc.setdefault(k, [0.0, 0.0, 0.0])
+            a = acc.setdefault(k, ([], [], []))
             var[k] = (t.var_time_s2, t.var_d_j2)
-            a[0] += w * t.dT_dT
-            a[1] += t.dE_dT
-            a[2] += t.dE_dd
+            a[0].append(w * t.dT_dT)
+            a[1].append(t.dE_dT)
+            a[2].append(t.dE_dd)
     terms = {}
-    for k, a in acc.items():
-        de_dt = s_e * a[0] if s_e is not None else a[1]
-        terms[k] = Term(var[k][0], var[k][1], a[0], de_dt, a[2])
+    for k, (dts, dets, deds) in acc.items():
+        dt = math.fsum(dts)
+        de_dt = s_e * dt if s_e is not None else math.fsum(dets)
+        terms[k] = Term(var[k][0], var[k][1], dt, de_dt, math.fsum(deds))
     return terms
 
 
 def _composite(name, s_w, time_s, d_j, devices, omega, children, terms, extra_t, extra_e,
-               bias, head, all_s, runtime, op) -> Signature:
+               bias, head, all_s, runtime, op, meta=None) -> Signature:
     vt, ve = variances_from_terms(terms, extra_t, extra_e)
+    meta = meta or {"source": "composed", "op": op, "parts": [c.name for c in children]}
     return Signature(
         name=name, s_w=s_w, time_s=time_s, d_j=max(d_j, 0.0), var_time_s2=vt, var_energy_j2=ve,
         n=min(c.n for c in children), devices=devices, omega=omega, composed=True,
-        meta={"source": "composed", "op": op, "parts": [c.name for c in children]},
-        terms=terms, extra_var_time_s2=extra_t, extra_var_energy_j2=extra_e,
+        meta=meta, terms=terms, extra_var_time_s2=extra_t, extra_var_energy_j2=extra_e,
         bias_sigma_j=bias, head_sigma_j=head, all_sigma_j=all_s, runtime_sigma_j=runtime,
     )
 
@@ -109,12 +118,69 @@ def seq(*elems: Signature | Iterable[Signature], name: str | None = None) -> Sig
     d = math.fsum(e.d_j for e in es)
     s = (e_tot - d) / t if t > 0 else max(e.s_w for e in es)
     terms = _combine_terms(es, [1.0] * len(es), None)
-    bias = sum(e.bias_sigma_j for e in es) + sum(e.head_sigma_j for e in es[1:])
+    fs = math.fsum
+    bias = fs(e.bias_sigma_j for e in es) + fs(e.head_sigma_j for e in es[1:])
     return _composite(
         _name("seq", es, name), s, t, d, devs, _common_omega(es), es, terms,
-        sum(e.extra_var_time_s2 for e in es), sum(e.extra_var_energy_j2 for e in es),
-        bias, es[0].head_sigma_j, sum(e.all_sigma_j for e in es),
-        sum(e.runtime_sigma_j for e in es), "seq",
+        fs(e.extra_var_time_s2 for e in es), fs(e.extra_var_energy_j2 for e in es),
+        bias, es[0].head_sigma_j, fs(e.all_sigma_j for e in es),
+        fs(e.runtime_sigma_j for e in es), "seq",
+    )
+
+
+def _repeat_count(k: object) -> int:
+    if isinstance(k, bool):
+        raise CompositionError(f"repeat: the count must be a positive integer, got {k!r}")
+    try:
+        n = operator.index(k)   # int or numpy integer; 3.0 and "3" are refused
+    except TypeError:
+        raise CompositionError(f"repeat: the count must be a positive integer, got {k!r}") from None
+    if n < 1:
+        raise CompositionError(f"repeat: the count must be >= 1, got {n}")
+    if n > MAX_REPEAT:
+        raise CompositionError(f"repeat: the count {n} exceeds {MAX_REPEAT:.0e}")
+    return n
+
+
+def _seq_name(elem_name: str, k: int) -> str:
+    # What _name("seq", [e] * k, None) gives, without building k names.
+    if k > 4:
+        return f"seq({elem_name}, {elem_name}, ... {k - 3} more ..., {elem_name})"
+    return "seq(" + ", ".join([elem_name] * k) + ")"
+
+
+def repeat(sig: Signature, k: int, name: str | None = None) -> Signature:
+    """e ⊗ e ⊗ … k times, of ONE shared measurement, in closed form (no expansion).
+
+    Equals ``seq([sig] * k, name=name)`` exactly: T, E and d scale by k, s is unchanged, every
+    per-leaf sensitivity scales by k (so σ² grows as k²: the same estimation error is paid k
+    times), and the Eq. 13 bookkeeping is k·Σm σ plus (k−1) entry substitutions. Only ``meta``
+    differs: it records ``{"op": "repeat", "parts": [sig.name], "times": k}`` instead of k
+    names. ``k = 1`` returns ``sig`` itself, as ``seq`` does.
+
+    >>> a = Signature("a", s_w=50, time_s=1.0, d_j=100, var_time_s2=0.01)
+    >>> r = repeat(a, 10**9)
+    >>> (r.time_s, r.s_w, round(r.sd_time_s))
+    (1000000000.0, 50.0, 100000000)
+    """
+    if not isinstance(sig, Signature):
+        raise CompositionError(f"can only repeat a Signature, got {type(sig).__name__}")
+    n = _repeat_count(k)
+    if n == 1:
+        return sig
+    kf = float(n)
+    t = kf * sig.time_s
+    e_tot = kf * sig.energy_j
+    d = kf * sig.d_j
+    s = (e_tot - d) / t if t > 0 else sig.s_w
+    terms = {key: Term(tm.var_time_s2, tm.var_d_j2, kf * tm.dT_dT, kf * tm.dE_dT, kf * tm.dE_dd)
+             for key, tm in sig.terms.items()}
+    bias = kf * sig.bias_sigma_j + (kf - 1.0) * sig.head_sigma_j
+    return _composite(
+        name or _seq_name(sig.name, n), s, t, d, sig.devices, sig.omega, [sig], terms,
+        kf * sig.extra_var_time_s2, kf * sig.extra_var_energy_j2, bias, sig.head_sigma_j,
+        kf * sig.all_sigma_j, kf * sig.runtime_sigma_j, "repeat",
+        meta={"source": "composed", "op": "repeat", "parts": [sig.name], "times": n},
     )
 
 

@@ -36,7 +36,8 @@ An expression is a signature name, the name of an earlier composition, or one ob
 * ``{"par": [e, ...], "offsets_s": [...], "sm_total": 108, "max_method": "clark"}`` -- overlap on
   one device (⊕); options optional
 * ``{"par_multi": [e, ...]}`` -- at once on disjoint devices (⊕multi)
-* ``{"repeat": e, "times": k}`` -- e ⊗ e ⊗ … k times (one shared measurement: σ grows as k)
+* ``{"repeat": e, "times": k}`` -- e ⊗ e ⊗ … k times (one shared measurement: σ grows as k),
+  in closed form (:func:`frontier.compose.repeat`); k is a JSON integer, 1 <= k <= 10**12
 * ``{"on": "gpu1", "expr": e}`` -- e (which may name an earlier composition) with every leaf
   moved to device(s) ``gpu1`` (a string or a list). The moved leaves keep their identity, so
   their estimation error is shared with the original (the same characterization reused on
@@ -50,12 +51,18 @@ for signatures; or ``run_sd_*`` with ``n``) or ``{"runs": {"times_s": [...], "en
 [...]}}``; an optional ``s_w`` (default: the prediction's, capped at E/T) only splits E into s·T+d.
 
 Every problem raises :class:`FormatError` naming the file, the path inside it (e.g.
-``signatures.gemm.time_s``) and the problem.
+``signatures.gemm.time_s``) and the problem. Files are UTF-8 (a BOM is accepted); binary files,
+NaN/Infinity literals and numbers that overflow a float are refused. A workbook may evaluate at
+most ``MAX_EVALUATIONS`` expression nodes nested at most ``MAX_EXPR_DEPTH`` deep: nothing in
+it expands without bound (``repeat`` is closed-form, ``on`` re-evaluates each named
+composition once per target).
 """
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io
 import json
 import math
 import os
@@ -68,8 +75,8 @@ from typing import Any
 
 import numpy as np
 
+from .compose import MAX_REPEAT, par, par_multi, repeat, seq
 from .compose import idle as idle_element
-from .compose import par, par_multi, seq
 from .deviation import DeviationResult, critical_value, deviation
 from .errors import EnergyCalculusError, FormatError
 from .operating_point import OperatingPoint
@@ -154,25 +161,171 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
     return write_text_atomic(path, text)
 
 
-def read_json(path: str | os.PathLike) -> Any:
-    """Parse a JSON file; errors are :class:`FormatError` (invalid JSON names line and column)."""
+#: Largest |integer| a JSON number field may hold: beyond it float() overflows to inf.
+_FLOAT_MAX = float(np.finfo(float).max)
+#: Deepest nesting of a JSON document (beyond it the parser and the evaluator would recurse
+#: past Python's stack).
+MAX_JSON_DEPTH = 200
+
+
+class _BadNumber:
+    """A JSON number this reader refuses (NaN/Infinity literal, or one that overflows a float);
+    kept as a placeholder while parsing so the error can name the field it sits in."""
+
+    def __init__(self, text: str, why: str):
+        self.text, self.why = text, why
+
+
+def _parse_int(text: str) -> Any:
+    # Digit count first: int() of a huge literal is slow (and limited to 4300 digits).
+    if len(text.lstrip("-")) > 309:
+        return _BadNumber(text, "overflows a 64-bit float")
+    v = int(text)
+    return v if abs(v) <= _FLOAT_MAX else _BadNumber(text, "overflows a 64-bit float")
+
+
+def _parse_float(text: str) -> Any:
+    v = float(text)
+    return v if math.isfinite(v) else _BadNumber(text, "overflows a 64-bit float")
+
+
+def _parse_constant(text: str) -> Any:
+    return _BadNumber(text, "is not a number JSON allows (NaN/Infinity)")
+
+
+def _check_numbers(file: str, doc: Any) -> None:
+    """Raise FormatError at the first refused number, naming its path; also bound the depth."""
+    stack: list[tuple[Any, str, int]] = [(doc, "", 0)]
+    while stack:
+        v, path, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise FormatError(file, path or "(top level)", f"nested deeper than {MAX_JSON_DEPTH} levels")
+        if isinstance(v, _BadNumber):
+            shown = v.text if len(v.text) <= 24 else f"{v.text[:12]}...({len(v.text)} characters)"
+            raise FormatError(file, path or "(top level)", f"number {shown} {v.why}")
+        if isinstance(v, dict):
+            items = [(f"{path}.{k}" if path else str(k), x) for k, x in v.items()]
+        elif isinstance(v, list):
+            items = [(f"{path}[{i}]", x) for i, x in enumerate(v)]
+        else:
+            continue
+        stack.extend((x, p, depth + 1) for p, x in reversed(items))
+
+
+def read_text(path: str | os.PathLike, what: str = "text") -> str:
+    """A file's text, UTF-8 with or without a BOM. A missing/unreadable file, a binary file or
+    one that is not UTF-8 is a one-line :class:`FormatError` naming it."""
     p = str(path)
     try:
-        with open(p, encoding="utf-8") as fh:
-            text = fh.read()
+        with open(p, "rb") as fh:
+            raw = fh.read()
     except OSError as exc:
         raise FormatError(p, "(file)", f"cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise FormatError(p, "(file)", f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    if b"\x00" in raw:
+        raise FormatError(p, "(file)", f"is a binary file (NUL byte at offset {raw.index(0)}), "
+                                       f"not {what}")
     try:
-        return json.loads(text)
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise FormatError(p, "(file)", f"not UTF-8 {what} ({exc.reason} at byte {exc.start}, "
+                                       f"line {line})") from None
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """Parse a JSON file; errors are :class:`FormatError`: invalid JSON names line and column,
+    a NaN/Infinity literal or a number that overflows a float names its field; a UTF-8 BOM is
+    accepted; binary or non-UTF-8 files are refused."""
+    p = str(path)
+    text = read_text(p, "JSON text")
+    try:
+        doc = json.loads(text, parse_int=_parse_int, parse_float=_parse_float,
+                         parse_constant=_parse_constant)
     except json.JSONDecodeError as exc:
         raise FormatError(p, f"line {exc.lineno} column {exc.colno}", f"invalid JSON: {exc.msg}") from None
+    except RecursionError:
+        raise FormatError(p, "(file)", f"JSON nested too deeply (limit {MAX_JSON_DEPTH})") from None
+    _check_numbers(p, doc)
+    return doc
+
+
+# -- CSV files ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CsvRow:
+    """One data row of a CSV file: its (first) line number and its cells by column name."""
+
+    line: int
+    cells: Mapping[str, str]
+
+    def __getitem__(self, col: str) -> str:
+        return self.cells[col]
+
+
+def read_csv(path: str | os.PathLike, required: Iterable[str]) -> tuple[list[str], list[CsvRow]]:
+    """(header, rows) of a CSV file with a header line. Accepts a UTF-8 BOM; a binary or
+    non-UTF-8 file, a malformed line, a repeated or missing column, or a row with more cells
+    than the header is a :class:`FormatError` naming the file and line."""
+    file = str(path)
+    text = read_text(file, "CSV text")
+    rd = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = [c.strip() for c in next(rd, [])]
+        dup = sorted({c for c in header if header.count(c) > 1 and c})
+        if dup:
+            raise FormatError(file, "header", f"column {dup[0]!r} appears more than once")
+        missing = [c for c in required if c not in header]
+        if missing:
+            raise FormatError(file, "header", f"missing column(s) {missing}")
+        rows = []
+        start = rd.line_num + 1
+        for cells in rd:
+            if cells and any(c.strip() for c in cells):
+                if len(cells) > len(header):
+                    raise FormatError(file, f"line {start}", f"{len(cells)} cells but the header "
+                                                             f"has {len(header)} columns")
+                rows.append(CsvRow(start, dict(zip(header, cells))))
+            start = rd.line_num + 1
+    except csv.Error as exc:
+        raise FormatError(file, f"line {rd.line_num}", f"malformed CSV: {exc}") from None
+    return header, rows
+
+
+def csv_number(file: str, row: CsvRow, col: str, minimum: float | None = 0.0,
+               strict: bool = True) -> float:
+    """The finite number in ``row[col]``; must be > ``minimum`` (``strict``) or >= it. Errors
+    name the file, line and column."""
+    text = row.cells.get(col)
+    try:
+        v = float(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise FormatError(file, f"line {row.line}, column {col}", f"not a number: {text!r}") from None
+    if not math.isfinite(v):
+        raise FormatError(file, f"line {row.line}, column {col}", f"must be a finite number, got {text!r}")
+    if minimum is not None and (v <= minimum if strict else v < minimum):
+        rel = ">" if strict else ">="
+        raise FormatError(file, f"line {row.line}, column {col}", f"must be {rel} {minimum:g}, got {text!r}")
+    return v
+
+
+def check_unique_rows(file: str, keyed: Iterable[tuple[CsvRow, Any, str]], what: str = "key") -> None:
+    """Refuse two rows with one key. ``keyed`` holds (row, key, key as text) triples; the
+    error names both lines, the key, and whether the rows are identical or conflict."""
+    seen: dict[Any, CsvRow] = {}
+    for row, key, label in keyed:
+        first = seen.setdefault(key, row)
+        if first is not row:
+            same = "identical" if dict(first.cells) == dict(row.cells) else "with other values"
+            raise FormatError(file, f"line {row.line}",
+                              f"duplicate row: {label} is already at line {first.line} ({same}); "
+                              f"give one row per {what}")
 
 
 # -- field readers ------------------------------------------------------------------------------
 
 def _got(v: Any) -> str:
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) > 10**30:
+        return f"an integer of {len(str(abs(v))) if abs(v) < 10**4000 else 'over 4000'} digits"
     try:
         return json.dumps(v)[:80]
     except (TypeError, ValueError):
@@ -181,17 +334,46 @@ def _got(v: Any) -> str:
 
 def _num(file: str, path: str, v: Any, nonneg: bool = True, positive: bool = False) -> float:
     kind = "a positive" if positive else "a non-negative" if nonneg else "a"
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise FormatError(file, path, f"must be {kind} number, got {_got(v)}")
-    if (positive and v <= 0) or (nonneg and v < 0):
+    try:
+        fv = float(v)
+    except OverflowError:
+        raise FormatError(file, path, f"must be {kind} number, got {_got(v)} (overflows a float)") from None
+    if not math.isfinite(fv):
+        raise FormatError(file, path, f"must be {kind} finite number, got {_got(v)}")
+    if (positive and fv <= 0) or (nonneg and fv < 0):
         raise FormatError(file, path, f"must be {kind} number, got {_got(v)}")
-    return float(v)
+    return fv
 
 
-def _int(file: str, path: str, v: Any, minimum: int = 1) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or v < minimum:
-        raise FormatError(file, path, f"must be an integer >= {minimum}, got {_got(v)}")
-    return int(v)
+#: Largest integer a count field (n, sm_total) takes: integers beyond 2**53 lose exactness
+#: as floats, and no count of runs or SMs comes near it.
+_INT_MAX = 2**53
+
+
+def number_field(file: str, path: str, v: Any, nonneg: bool = True, positive: bool = False) -> float:
+    """A JSON number field as a finite float (>= 0 when ``nonneg``, > 0 when ``positive``).
+    Bools, strings, NaN, inf and integers that overflow a float are a :class:`FormatError`
+    naming ``file`` and ``path``."""
+    return _num(file, path, v, nonneg, positive)
+
+
+def _int(file: str, path: str, v: Any, minimum: int = 1, maximum: int = _INT_MAX,
+         integral_float: bool = True) -> int:
+    """An integer field in [``minimum``, ``maximum``]; ``integral_float`` also accepts 3.0 for
+    3. Bools, NaN, inf and overflowing values are refused."""
+    bound = f" and <= {maximum:.3g}"
+    bad = FormatError(file, path, f"must be an integer >= {minimum}{bound}, got {_got(v)}")
+    if isinstance(v, bool):
+        raise bad
+    if isinstance(v, float):
+        if not (integral_float and math.isfinite(v) and v == int(v)):
+            raise bad
+        v = int(v)
+    if not isinstance(v, int) or v < minimum or v > maximum:
+        raise bad
+    return v
 
 
 def _obj(file: str, path: str, v: Any) -> dict:
@@ -264,11 +446,10 @@ def _sd_pair(file: str, path: str, d: Mapping, what: str, unit: str, n: int) -> 
         return 0.0
     k = keys[0]
     v = _num(file, f"{path}.{k}", d[k])
-    if k.startswith("var_"):
-        return v
-    if k.startswith("run_sd_"):
-        return v * v / n
-    return v * v
+    var = v if k.startswith("var_") else v * v / n if k.startswith("run_sd_") else v * v
+    if not math.isfinite(var):
+        raise FormatError(file, f"{path}.{k}", f"{_got(d[k])} squared overflows a float")
+    return var
 
 
 def _runs(file: str, path: str, runs: Any) -> tuple[list[float], list[float]]:
@@ -294,8 +475,12 @@ def _common_kwargs(file: str, path: str, d: Mapping) -> dict[str, Any]:
             raise FormatError(file, f"{path}.devices", f"must be a list of device names, got {_got(d['devices'])}")
         kw["devices"] = frozenset(devs)
     if "omega" in d:
+        om = _obj(file, f"{path}.omega", d["omega"])
+        for k, v in om.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                _num(file, f"{path}.omega.{k}", v, nonneg=False)   # NaN/inf/overflow, by field
         try:
-            kw["omega"] = OperatingPoint.from_dict(_obj(file, f"{path}.omega", d["omega"]))
+            kw["omega"] = OperatingPoint.from_dict(om)
         except ValueError as exc:
             raise FormatError(file, f"{path}.omega", str(exc)) from None
     for k in ("kappa", "theta"):
@@ -417,15 +602,43 @@ def _moved(sig: Signature, devices: frozenset[str]) -> Signature:
     return dataclasses.replace(sig, devices=devices)
 
 
+#: Most expression nodes one workbook may evaluate (``on`` re-evaluates a named composition
+#: with its leaves moved; memoized, but a file could still ask for more work than it is long).
+MAX_EVALUATIONS = 1_000_000
+#: Deepest nesting of expressions.
+MAX_EXPR_DEPTH = 100
+
+
 @dataclass
 class _Env:
     file: str
     sigs: Mapping[str, Signature]
     comps: dict[str, Signature] = field(default_factory=dict)
     exprs: dict[str, Any] = field(default_factory=dict)
+    # (composition name, devices) -> that composition re-evaluated with its leaves moved.
+    moved: dict[tuple[str, frozenset[str]], Signature] = field(default_factory=dict)
+    evaluations: int = 0
+    depth: int = 0
 
 
 def _eval(env: _Env, expr: Any, path: str, place: frozenset[str] | None) -> Signature:
+    """Evaluate one expression node within the workbook's limits on work and depth."""
+    env.evaluations += 1
+    if env.evaluations > MAX_EVALUATIONS:
+        raise FormatError(env.file, path, f"the workbook expands to more than {MAX_EVALUATIONS} "
+                                          "expression evaluations; use repeat for k-fold repeats "
+                                          "and name shared sub-expressions once")
+    if env.depth >= MAX_EXPR_DEPTH:
+        raise FormatError(env.file, path, f"expressions (with the compositions they name) nest "
+                                          f"deeper than {MAX_EXPR_DEPTH} levels")
+    env.depth += 1
+    try:
+        return _eval_node(env, expr, path, place)
+    finally:
+        env.depth -= 1
+
+
+def _eval_node(env: _Env, expr: Any, path: str, place: frozenset[str] | None) -> Signature:
     f = env.file
     if isinstance(expr, str):
         if expr in env.sigs:
@@ -433,8 +646,15 @@ def _eval(env: _Env, expr: Any, path: str, place: frozenset[str] | None) -> Sign
             return _moved(sig, place) if place is not None else sig
         if expr in env.comps:
             if place is not None:
-                # Re-evaluate the composition's expression with its leaves moved.
-                return _eval(env, env.exprs[expr], path, place)
+                # Re-evaluate the composition's expression with its leaves moved (once per
+                # target: without the memo, nested moves re-evaluate exponentially often).
+                memo = (expr, place)
+                if memo not in env.moved:
+                    sig = _eval(env, env.exprs[expr], path, place)
+                    # Named like the original (as parse_workbook names it), so names of nested
+                    # moves do not grow with every level.
+                    env.moved[memo] = dataclasses.replace(sig, name=expr) if sig.composed else sig
+                return env.moved[memo]
             return env.comps[expr]
         known = sorted(env.sigs) + sorted(env.comps)
         raise FormatError(f, path, f"unknown element {expr!r} (known: {', '.join(known[:20])}"
@@ -466,9 +686,9 @@ def _eval(env: _Env, expr: Any, path: str, place: frozenset[str] | None) -> Sign
         if op == "repeat":
             if "times" not in expr:
                 raise FormatError(f, f"{path}.times", "missing (how many repeats)")
-            k = _int(f, f"{path}.times", expr["times"])
+            k = _int(f, f"{path}.times", expr["times"], maximum=MAX_REPEAT, integral_float=False)
             base = _eval(env, expr[op], p, place)
-            return seq([base] * k, name=name or f"{base.name}x{k}")
+            return repeat(base, k, name=name or f"{base.name}x{k}")   # closed form, no expansion
         if op == "on":
             if "expr" not in expr:
                 raise FormatError(f, f"{path}.expr", "missing (the expression to move)")

@@ -127,10 +127,15 @@ def _num(d: Mapping, key: str, file: str, path: str, *, required: bool = False) 
             raise FormatError(file, f"{path}.{key}", "is required")
         return None
     v = d[key]
-    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) \
-            or not math.isfinite(float(v)):
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
         raise FormatError(file, f"{path}.{key}", f"must be a finite number, got {v!r}")
-    return float(v)
+    try:
+        f = float(v)
+    except OverflowError:      # an int beyond the float range (e.g. 10**400)
+        raise FormatError(file, f"{path}.{key}", "overflows a float") from None
+    if not math.isfinite(f):
+        raise FormatError(file, f"{path}.{key}", f"must be a finite number, got {v!r}")
+    return f
 
 
 def signature_from_dict(d: Any, file: str = "<dict>", path: str = "signature",

@@ -18,14 +18,22 @@ energy as dynamic (E = d): fine for ⊗ and frontiers, but give the card's ready
 composing in parallel. The assumption is written into each signature's ``meta``.
 NV-DVFS data has no licence: it is read from ``../shared/data`` and never copied.
 
+Every CSV is read as UTF-8 (a BOM is accepted; a binary or non-UTF-8 file is a
+:class:`FormatError` naming it), and every number must be finite and > 0; an error names the
+file, line and column. Rows are one per configuration, so a second row with the same key is an
+error naming both lines, whether its values agree or conflict (a merged or concatenated file,
+never silently averaged): the key is (dataset, network, batch size, optimizer, power limit) for
+Zeus traces, (benchmark, kernel, argNo, core and memory clock) for NV-DVFS and (stage,
+instruction, frequency) for Perseus. A Zeus optimizer log may profile a power limit more than
+once: windows with the same name at different ``start_time`` are runs of one signature (mean
+and variance of the mean); the same window at the same start time is a duplicate.
+
 Files live under :func:`shared_data_dir` (``../shared/data`` next to the repository root;
 ``$ECAL_SHARED_DATA`` overrides); a missing file is a clear :class:`DeviceError`.
 """
 
 from __future__ import annotations
 
-import csv
-import math
 import os
 import re
 from collections import defaultdict
@@ -35,6 +43,7 @@ from typing import Any
 
 from frontier.errors import FormatError
 from frontier.h200 import shared_data_dir
+from frontier.io import CsvRow, check_unique_rows, csv_number, read_csv
 from frontier.operating_point import OperatingPoint
 from frontier.signature import Signature
 
@@ -54,23 +63,14 @@ def data_path(relative: str | os.PathLike) -> Path:
     return p
 
 
-def _rows(path: Path, required: tuple[str, ...]) -> list[dict[str, str]]:
-    with open(path, newline="", encoding="utf-8") as fh:
-        rd = csv.DictReader(fh)
-        missing = [c for c in required if c not in (rd.fieldnames or [])]
-        if missing:
-            raise FormatError(str(path), "header", f"missing column(s) {missing}")
-        return list(rd)
+def _rows(path: Path, required: tuple[str, ...]) -> list[CsvRow]:
+    # UTF-8 with or without BOM; binary/non-UTF-8 files and bad headers are FormatErrors.
+    return read_csv(path, required)[1]
 
 
-def _num(path: Path, i: int, row: Mapping[str, str], col: str, positive: bool = True) -> float:
-    try:
-        v = float(row[col])
-    except (TypeError, ValueError):
-        raise FormatError(str(path), f"row {i}.{col}", f"not a number: {row.get(col)!r}") from None
-    if not math.isfinite(v) or (positive and v <= 0):
-        raise FormatError(str(path), f"row {i}.{col}", f"must be a finite number > 0, got {v!r}")
-    return v
+def _num(path: Path, row: CsvRow, col: str, positive: bool = True) -> float:
+    """A finite number (> 0 when ``positive``, else >= 0); errors name file, line and column."""
+    return csv_number(str(path), row, col, minimum=0.0, strict=positive)
 
 
 def _assumption(s: float, what: str) -> str:
@@ -110,11 +110,15 @@ def load_zeus_trace(path: str | os.PathLike, static_power_w: float = 0.0) -> Sig
     rows = _rows(p, ("dataset", "network", "batch_size", "optimizer", "power_limit", "time_per_epoch",
                      "average_power"))
     groups: dict[tuple[str, OperatingPoint], list[tuple[float, float]]] = defaultdict(list)
-    for i, r in enumerate(rows, start=2):
+    keyed = []
+    for r in rows:
         name = f"{r['dataset']}/{r['network']}/bs{r['batch_size']}/{r['optimizer']}"
-        t = _num(p, i, r, "time_per_epoch")
-        pw = _num(p, i, r, "average_power")
-        groups[(name, OperatingPoint(power_limit_w=_num(p, i, r, "power_limit")))].append((t, pw * t))
+        t = _num(p, r, "time_per_epoch")
+        pw = _num(p, r, "average_power")
+        limit = _num(p, r, "power_limit")
+        keyed.append((r, (name, limit), f"{name} at {limit:g} W"))
+        groups[(name, OperatingPoint(power_limit_w=limit))].append((t, pw * t))
+    check_unique_rows(str(p), keyed, "configuration")
     return _by_omega(groups, static_power_w, {
         "source": "zeus-trace", "source_file": str(p), "unit": "one training epoch",
         "static_power_assumption": _assumption(static_power_w, "given")})
@@ -128,17 +132,25 @@ def load_zeus_profile(path: str | os.PathLike, static_power_w: float = 0.0) -> S
     limit (the ``window_name`` suffix), from the repeated windows; energy summed over GPUs."""
     p = data_path(path)
     rows = _rows(p, ("window_name", "elapsed_time"))
-    gpu_cols = [c for c in rows[0] if re.fullmatch(r"gpu\d+_energy", c)] if rows else []
+    gpu_cols = [c for c in rows[0].cells if re.fullmatch(r"gpu\d+_energy", c)] if rows else []
     if not gpu_cols:
         raise FormatError(str(p), "header", "no gpuN_energy column")
     devs = frozenset(c.split("_")[0] for c in gpu_cols)
     groups: dict[tuple[str, OperatingPoint], list[tuple[float, float]]] = defaultdict(list)
-    for i, r in enumerate(rows, start=2):
+    keyed = []
+    for r in rows:
         m = _LIMIT.search(r["window_name"])
         if not m:
-            raise FormatError(str(p), f"row {i}.window_name", f"no power limit suffix in {r['window_name']!r}")
-        e = sum(_num(p, i, r, c) for c in gpu_cols)
-        groups[(p.stem, OperatingPoint(power_limit_w=float(m.group(1))))].append((_num(p, i, r, "elapsed_time"), e))
+            raise FormatError(str(p), f"line {r.line}, column window_name",
+                              f"no power limit suffix in {r['window_name']!r}")
+        e = sum(_num(p, r, c) for c in gpu_cols)
+        # A window logged again later is another run of it; the same window at the same
+        # start time (or, without start times, an identical row) is a duplicate.
+        when = r.cells.get("start_time")
+        key = (r["window_name"], when) if when is not None else tuple(sorted(r.cells.items()))
+        keyed.append((r, key, f"{r['window_name']!r}" + (f" at start_time {when}" if when else "")))
+        groups[(p.stem, OperatingPoint(power_limit_w=float(m.group(1))))].append((_num(p, r, "elapsed_time"), e))
+    check_unique_rows(str(p), keyed, "window")
     return _by_omega(groups, static_power_w, {
         "source": "zeus-profile", "source_file": str(p), "unit": "one profiling window",
         "static_power_assumption": _assumption(static_power_w, "given, per GPU")}, devices=devs)
@@ -151,12 +163,16 @@ def load_nvdvfs(path: str | os.PathLike, static_power_w: float = 0.0) -> Signatu
     rows = _rows(p, ("benchmark", "kernel", "argNo", "core_frequency", "memory_frequency", "time",
                      "average_power"))
     groups: dict[tuple[str, OperatingPoint], list[tuple[float, float]]] = defaultdict(list)
-    for i, r in enumerate(rows, start=2):
+    keyed = []
+    for r in rows:
         name = f"{r['benchmark']}/{r['kernel']}/{r['argNo']}"
-        t = _num(p, i, r, "time") / 1000.0
-        om = OperatingPoint(sm_clock_mhz=_num(p, i, r, "core_frequency"),
-                            mem_clock_mhz=_num(p, i, r, "memory_frequency"))
-        groups[(name, om)].append((t, _num(p, i, r, "average_power") * t))
+        t = _num(p, r, "time") / 1000.0
+        om = OperatingPoint(sm_clock_mhz=_num(p, r, "core_frequency"),
+                            mem_clock_mhz=_num(p, r, "memory_frequency"))
+        keyed.append((r, (name, om.sm_clock_mhz, om.mem_clock_mhz),
+                      f"{name} at {om.sm_clock_mhz:g}/{om.mem_clock_mhz:g} MHz"))
+        groups[(name, om)].append((t, _num(p, r, "average_power") * t))
+    check_unique_rows(str(p), keyed, "kernel and clocks")
     return _by_omega(groups, static_power_w, {
         "source": "nv-dvfs", "source_file": str(p), "unit": "one kernel run",
         "static_power_assumption": _assumption(static_power_w, "given")})
@@ -170,15 +186,21 @@ def load_perseus(path: str | os.PathLike, p2p_power_w: float = 75.0) -> Signatur
     rows = _rows(p, ("stage", "instruction", "frequency", "time", "energy"))
     groups: dict[tuple[str, OperatingPoint], list[tuple[float, float]]] = defaultdict(list)
     dev_of: dict[str, frozenset[str]] = {}
-    for i, r in enumerate(rows, start=2):
+    keyed = []
+    for r in rows:
         try:
             stage = int(r["stage"])
         except ValueError:
-            raise FormatError(str(p), f"row {i}.stage", f"not an integer: {r['stage']!r}") from None
-        name = f"stage{stage}/{r['instruction']}"
+            raise FormatError(str(p), f"line {r.line}, column stage", f"not an integer: {r['stage']!r}") from None
+        if stage < 0:
+            raise FormatError(str(p), f"line {r.line}, column stage", f"must be >= 0, got {stage}")
+        name = f"stage{stage}/{r['instruction'].strip()}"
         dev_of[name] = frozenset({f"gpu{stage}"})
-        groups[(name, OperatingPoint(sm_clock_mhz=_num(p, i, r, "frequency")))].append(
-            (_num(p, i, r, "time"), _num(p, i, r, "energy")))
+        f = _num(p, r, "frequency")
+        keyed.append((r, (name, f), f"{name} at {f:g} MHz"))
+        groups[(name, OperatingPoint(sm_clock_mhz=f))].append(
+            (_num(p, r, "time"), _num(p, r, "energy")))
+    check_unique_rows(str(p), keyed, "stage, instruction and frequency")
     return _by_omega(groups, p2p_power_w, {
         "source": "perseus", "source_file": str(p), "unit": "one microbatch instruction",
         "static_power_assumption": _assumption(p2p_power_w, "P2P-blocking power")}, device_of=dev_of)

@@ -26,8 +26,14 @@ priced between different ω_dev), ``sd_time_s``/``sd_energy_j`` (standard errors
 ``key`` (same key = same measurement). Same-device order = order of listing. ``transitions``
 per device: ``{"constant": {...}}`` or a ``frontier.transition.TransitionTable`` dict.
 A Perseus CSV (``stage,instruction,frequency,time,energy``) becomes a 1F1B problem
-(:func:`solvers.pipeline.load_perseus_profile`; options ``p2p_power_w``, ``n_microbatches``,
-``transitions``).
+(:func:`read_perseus_profile`, then :func:`solvers.pipeline.one_f_one_b`; options
+``p2p_power_w``, ``n_microbatches``, ``transitions``).
+
+Bad input is a :class:`~frontier.errors.FormatError` naming the file and the field (JSON path,
+or CSV line and column): NaN/Infinity, numbers that overflow a float, negative times or
+energies, binary or non-UTF-8 files (a UTF-8 BOM is accepted), and in a Perseus CSV a second
+row for one (stage, instruction, frequency) — a profile has one measurement per key, so a
+repeat is a merge error, never silently averaged.
 """
 
 from __future__ import annotations
@@ -37,13 +43,26 @@ from collections.abc import Mapping
 from typing import Any
 
 from frontier.errors import EnergyCalculusError, FormatError
-from frontier.io import read_json, write_json_atomic
+from frontier.io import (
+    check_unique_rows,
+    csv_number,
+    number_field,
+    read_csv,
+    read_json,
+    write_json_atomic,
+)
+from frontier.operating_point import OperatingPoint
 from frontier.transition import TransitionTable
 
-from .model import ConstantTransition, Problem
-from .pipeline import load_perseus_profile
+from .model import ConstantTransition, Option, Problem
+from .pipeline import INSTRUCTIONS, one_f_one_b
 
 PROBLEM_SCHEMA = "ecal.problem/1"
+PERSEUS_COLUMNS = ("stage", "instruction", "frequency", "time", "energy")
+#: Numeric fields of a problem option, and whether they may be negative.
+_OPTION_NUMBERS = {"time_s": False, "energy_j": False, "s_w": False, "d_j": True,
+                   "sd_time_s": False, "sd_energy_j": False, "var_time_s2": False,
+                   "var_d_j2": False, "sm_clock_mhz": False}
 
 
 def _rule(d: Any, file: str, path: str) -> Any:
@@ -55,9 +74,11 @@ def _rule(d: Any, file: str, path: str) -> Any:
         c = d["constant"]
         if not isinstance(c, Mapping) or "time_s" not in c:
             raise FormatError(file, f"{path}.constant", "needs time_s (and optional energy_j)")
+        t = number_field(file, f"{path}.constant.time_s", c["time_s"])
+        e = number_field(file, f"{path}.constant.energy_j", c.get("energy_j", 0.0))
         try:
-            return ConstantTransition(float(c["time_s"]), float(c.get("energy_j", 0.0)))
-        except (TypeError, ValueError, EnergyCalculusError) as exc:
+            return ConstantTransition(t, e)
+        except EnergyCalculusError as exc:
             raise FormatError(file, f"{path}.constant", str(exc)) from None
     return TransitionTable.from_dict(d, file)
 
@@ -75,10 +96,7 @@ def problem_from_dict(d: Any, file: str = "<dict>") -> Problem:
     for name, dv in devs.items():
         if not isinstance(dv, Mapping):
             raise FormatError(file, f"devices.{name}", "must be an object")
-        try:
-            idle[name] = float(dv.get("idle_power_w", 0.0))
-        except (TypeError, ValueError):
-            raise FormatError(file, f"devices.{name}.idle_power_w", "must be a number") from None
+        idle[name] = number_field(file, f"devices.{name}.idle_power_w", dv.get("idle_power_w", 0.0))
         r = _rule(dv.get("transitions"), file, f"devices.{name}.transitions")
         if r is not None:
             trans[name] = r
@@ -94,6 +112,8 @@ def problem_from_dict(d: Any, file: str = "<dict>") -> Problem:
                 raise FormatError(file, f"tasks[{i}].{k}", "missing")
         if not isinstance(t["options"], list):
             raise FormatError(file, f"tasks[{i}].options", "must be a list")
+        for j, o in enumerate(t["options"]):
+            _check_option_numbers(file, f"tasks[{i}].options[{j}]", o)
         tasks.append((str(t["name"]), str(t["device"]), list(t["options"])))
     edges = d.get("edges", [])
     if not isinstance(edges, list):
@@ -105,6 +125,92 @@ def problem_from_dict(d: Any, file: str = "<dict>") -> Problem:
         if isinstance(exc, FormatError):
             raise
         raise FormatError(file, "$", str(exc)) from None
+
+
+def _check_option_numbers(file: str, path: str, o: Any) -> None:
+    # The model checks meaning (d >= 0, known fields); this names the file and field of a
+    # number that is not one (NaN, inf, overflow, a string) or is negative.
+    if isinstance(o, Mapping):
+        for k, signed in _OPTION_NUMBERS.items():
+            if o.get(k) is not None:
+                number_field(file, f"{path}.{k}", o[k], nonneg=not signed)
+    elif isinstance(o, (list, tuple)) and len(o) == 2:
+        number_field(file, f"{path}[0] (time_s)", o[0])
+        number_field(file, f"{path}[1] (energy_j)", o[1])
+
+
+def _perseus_stage(file: str, row: Any) -> int:
+    text = row["stage"].strip()
+    try:
+        st = int(text)
+    except ValueError:
+        raise FormatError(file, f"line {row.line}, column stage", f"not an integer: {text!r}") from None
+    if st < 0:
+        raise FormatError(file, f"line {row.line}, column stage", f"must be >= 0, got {st}")
+    return st
+
+
+def read_perseus_profile(path: str | os.PathLike, p2p_power_w: float = 75.0) -> dict[tuple[int, str], list[Option]]:
+    """Options per (stage, instruction) from a Perseus profile CSV, as
+    :func:`solvers.pipeline.read_perseus_csv` gives them, read strictly: UTF-8 with or without
+    a BOM, finite frequency and time > 0 and energy >= 0, one row per (stage, instruction,
+    frequency). Errors are one-line :class:`FormatError` naming the file, line and column."""
+    file = str(path)
+    p2p = _option_value(file, "p2p_power_w", p2p_power_w)
+    _, rows = read_csv(file, PERSEUS_COLUMNS)
+    out: dict[tuple[int, str], list[Option]] = {}
+    keyed = []
+    for r in rows:
+        st = _perseus_stage(file, r)
+        inst = r["instruction"].strip()
+        if inst not in INSTRUCTIONS:
+            raise FormatError(file, f"line {r.line}, column instruction",
+                              f"expected forward/backward, got {inst!r}")
+        f = csv_number(file, r, "frequency")
+        t = csv_number(file, r, "time")
+        e = csv_number(file, r, "energy", strict=False)
+        keyed.append((r, (st, inst, f), f"stage {st} {inst} at {f:g} MHz"))
+        d = e - p2p * t
+        if d < 0:
+            if d < -1e-6 * e:
+                raise FormatError(file, f"line {r.line}, column energy", f"E = {e} J is below the "
+                                  f"P2P-blocking power × time = {p2p * t:.6g} J")
+            d = 0.0
+        out.setdefault((st, inst), []).append(
+            Option(t, p2p, d, omega=OperatingPoint(sm_clock_mhz=f), key=f"s{st}/{inst}@{f:g}",
+                   label=f"{f:g}MHz"))
+    check_unique_rows(file, keyed, "stage, instruction and frequency")
+    if not out:
+        raise FormatError(file, "$", "no rows")
+    stages = sorted({s for s, _ in out})
+    if stages != list(range(len(stages))):
+        raise FormatError(file, "stage", f"stages must be 0..S-1, got {stages}")
+    for s in stages:
+        for inst in INSTRUCTIONS:
+            if (s, inst) not in out:
+                raise FormatError(file, f"stage {s}", f"no {inst} rows")
+    return out
+
+
+def _option_value(file: str, what: str, v: Any) -> float:
+    try:
+        return number_field(file, what, v)
+    except FormatError as exc:   # an option given with the file, not a field in it
+        raise FormatError(file, f"option {what}", exc.problem) from None
+
+
+def load_perseus_csv(path: str | os.PathLike, p2p_power_w: float = 75.0,
+                     n_microbatches: int | None = None, transitions: Any = None) -> Problem:
+    """A 1F1B Problem from a Perseus profile CSV read by :func:`read_perseus_profile`; the
+    same problem :func:`solvers.pipeline.load_perseus_profile` builds from a clean file."""
+    prof = read_perseus_profile(path, p2p_power_w)
+    n_stages = 1 + max(s for s, _ in prof)
+    if n_microbatches is not None and (isinstance(n_microbatches, bool) or not isinstance(n_microbatches, int)
+                                       or n_microbatches < 1):
+        raise FormatError(str(path), "option n_microbatches", f"must be an integer >= 1, got {n_microbatches!r}")
+    n_mb = n_microbatches or 2 * n_stages
+    name = f"{os.path.basename(str(path))}:1f1b-{n_stages}x{n_mb}"
+    return one_f_one_b(n_stages, n_mb, prof, float(p2p_power_w), transitions, name)
 
 
 def problem_to_dict(p: Problem) -> dict[str, Any]:
@@ -134,10 +240,10 @@ def save_problem(p: Problem, path: str | os.PathLike) -> None:
 
 
 def load_problem(path: str | os.PathLike, **opts: Any) -> Problem:
-    """Load a Perseus profile CSV (``**opts`` go to ``load_perseus_profile``) or a JSON problem."""
+    """Load a Perseus profile CSV (``**opts`` go to :func:`load_perseus_csv`) or a JSON problem."""
     file = str(path)
     if file.lower().endswith(".csv"):
-        return load_perseus_profile(file, **opts)
+        return load_perseus_csv(file, **opts)
     if opts:
         raise FormatError(file, "$", f"options {sorted(opts)} apply to Perseus CSV profiles only")
     return problem_from_dict(read_json(file), file)

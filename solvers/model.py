@@ -121,6 +121,8 @@ class Task:
 def _num(where: str, what: str, v: Any, *, minimum: float | None = 0.0) -> float:
     try:
         f = float(v)
+    except OverflowError:      # an int beyond the float range (e.g. 10**400)
+        raise ProblemError(f"{where}: {what} overflows a float") from None
     except (TypeError, ValueError):
         raise ProblemError(f"{where}: {what} must be a number, got {v!r}") from None
     if not math.isfinite(f):

@@ -16,14 +16,9 @@ Perseus' "energy − blocking power × time" cost, and the iteration energy at m
 
 from __future__ import annotations
 
-import csv
-import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
-
-from frontier.errors import FormatError
-from frontier.operating_point import OperatingPoint
 
 from .model import Option, Problem
 
@@ -91,53 +86,13 @@ def _keyed(o: Any, stage: int, inst: str, j: int) -> Any:
 
 
 def read_perseus_csv(path: str | os.PathLike, p2p_power_w: float = 75.0) -> dict[tuple[int, str], list[Option]]:
-    """Options per (stage, instruction) from a Perseus profile CSV (see module docstring)."""
-    file = str(path)
-    need = ("stage", "instruction", "frequency", "time", "energy")
-    out: dict[tuple[int, str], list[Option]] = {}
-    try:
-        fh = open(file, newline="", encoding="utf-8")
-    except OSError as exc:
-        raise FormatError(file, "$", f"cannot read: {exc.strerror}") from None
-    with fh:
-        rd = csv.DictReader(fh)
-        missing = [c for c in need if c not in (rd.fieldnames or [])]
-        if missing:
-            raise FormatError(file, "header", f"missing column(s) {missing}; need {list(need)}")
-        for ln, row in enumerate(rd, start=2):
-            try:
-                st = int(row["stage"])
-                inst = row["instruction"].strip()
-                f = float(row["frequency"])
-                t = float(row["time"])
-                e = float(row["energy"])
-            except (TypeError, ValueError):
-                raise FormatError(file, f"line {ln}", f"bad number in {dict(row)}") from None
-            if inst not in INSTRUCTIONS:
-                raise FormatError(file, f"line {ln}: instruction", f"expected forward/backward, got {inst!r}")
-            for what, v in (("frequency", f), ("time", t), ("energy", e)):
-                if not math.isfinite(v) or v <= 0 and what != "energy" or v < 0:
-                    raise FormatError(file, f"line {ln}: {what}", f"must be finite and positive, got {v!r}")
-            d = e - p2p_power_w * t
-            if d < 0:
-                if d < -1e-6 * e:
-                    raise FormatError(file, f"line {ln}: energy", f"E = {e} J is below the P2P-blocking "
-                                      f"power × time = {p2p_power_w * t:.6g} J")
-                d = 0.0
-            key = f"s{st}/{inst}@{f:g}"
-            out.setdefault((st, inst), []).append(
-                Option(t, float(p2p_power_w), d, omega=OperatingPoint(sm_clock_mhz=f), key=key,
-                       label=f"{f:g}MHz"))
-    if not out:
-        raise FormatError(file, "$", "no rows")
-    stages = sorted({s for s, _ in out})
-    if stages != list(range(len(stages))):
-        raise FormatError(file, "stage", f"stages must be 0..S-1, got {stages}")
-    for s in stages:
-        for inst in INSTRUCTIONS:
-            if (s, inst) not in out:
-                raise FormatError(file, f"stage {s}", f"no {inst} rows")
-    return out
+    """Options per (stage, instruction) from a Perseus profile CSV (see module docstring).
+
+    Read strictly by :func:`solvers.io.read_perseus_profile` (BOM accepted; duplicate rows,
+    binary files and bad numbers are one-line :class:`FormatError` naming file and line)."""
+    from .io import read_perseus_profile  # lazy: solvers.io imports this module
+
+    return read_perseus_profile(path, p2p_power_w)
 
 
 def load_perseus_profile(path: str | os.PathLike, p2p_power_w: float = 75.0,

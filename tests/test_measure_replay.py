@@ -92,7 +92,7 @@ def test_bad_csv_names_row_and_column(tmp_path):
 
     f = tmp_path / "p.csv"
     f.write_text("stage,instruction,frequency,time,energy\n0,forward,1980,abc,1.0\n")
-    with pytest.raises(FormatError, match=r"row 2\.time"):
+    with pytest.raises(FormatError, match=r"line 2, column time"):
         load_perseus(f)
     f.write_text("stage,instruction\n0,forward\n")
     with pytest.raises(FormatError, match="missing column"):

@@ -108,8 +108,13 @@ def test_problem_json_round_trip_and_errors(tmp_path):
     d = problem_to_dict(p)
     d["tasks"][1]["options"][0]["time_s"] = "slow"
     (tmp_path / "bad.json").write_text(json.dumps(d))
-    with pytest.raises(FormatError, match="bad.json.*task 'b' option 0: time_s"):
+    with pytest.raises(FormatError, match=r"bad.json: tasks\[1\]\.options\[0\]\.time_s: .*\"slow\""):
         load_problem(tmp_path / "bad.json")
+    d["tasks"][1]["options"][0]["time_s"] = -1.0
+    (tmp_path / "neg.json").write_text(json.dumps(d))
+    with pytest.raises(FormatError, match=r"neg.json: tasks\[1\]\.options\[0\]\.time_s: .*-1"):
+        load_problem(tmp_path / "neg.json")
+    d["tasks"][1]["options"][0]["time_s"] = 1.0
     del d["schema_version"]
     (tmp_path / "bad2.json").write_text(json.dumps(d))
     with pytest.raises(FormatError, match="schema_version"):
