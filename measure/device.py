@@ -8,8 +8,10 @@ time for NVML, virtual time for the simulator), the operating points it supports
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import signal
+import sys
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
@@ -201,60 +203,136 @@ class Device(ABC):
         return Reading(self.time_s(), c.get("sm", 0.0), c.get("mem", 0.0), self.temperature_c(),
                        self.throttle_reasons())
 
+    def run_and_read(self, work: Any, n: int = 1, sm_count: int | None = None) -> Reading:
+        """Run ``work`` like :meth:`run` and return a :class:`Reading` taken *while it runs*
+        (clocks and throttle reasons of an idle GPU say nothing about the work).
+
+        This default reads after the run; backends override it to read mid-run (NVML: after
+        the launches, before synchronizing; the simulator: between two halves of the run).
+        """
+        self.run(work, n, sm_count=sm_count)
+        return self.reading()
+
+    def seed_point(self, key: str) -> None:  # noqa: B027 - optional hook
+        """Make the randomness of the next measured point a function of ``key`` (and the
+        device's seed) alone, so an interrupted-and-resumed sweep equals an uninterrupted one.
+        A no-op on real devices; the simulator reseeds."""
+
     def describe(self) -> dict[str, Any]:
-        """Metadata for every output: name and whether it is simulated."""
+        """Metadata for every output: ``device`` (name), ``simulated``, ``read_only``; backends
+        add ``uuid`` and ``driver`` where they know them (results files record and check
+        them)."""
         return {"device": self.name, "simulated": self.simulated, "read_only": self.read_only}
 
     def close(self) -> None:  # noqa: B027 - optional hook
-        """Release driver resources (restores nothing; call :meth:`restore` first)."""
+        """Release driver resources. Backends that journal their changes (NVML) restore what is
+        still changed first; others restore nothing (call :meth:`restore` first)."""
 
 
-_SIGNALS = tuple(s for s in (getattr(signal, "SIGINT", None), getattr(signal, "SIGTERM", None)) if s)
+def _add_note(exc: BaseException, note: str) -> None:
+    """``exc.add_note(note)`` (Python >= 3.11); on 3.10 the note goes to stderr instead."""
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+    else:  # pragma: no cover - Python 3.10
+        print(f"ecal: {note}", file=sys.stderr, flush=True)
+
+
+def _chain(prev: Any, signum: int, frame: Any) -> None:
+    """Give a signal to the handler that was installed before ours."""
+    if callable(prev):
+        prev(signum, frame)
+    elif prev == signal.SIG_IGN:
+        return
+    elif signum == getattr(signal, "SIGINT", None):
+        raise KeyboardInterrupt
+    else:   # SIG_DFL (or a handler not set from Python): die of the signal, as without us
+        signal.signal(signum, signal.SIG_DFL)
+        signal.raise_signal(signum)
 
 
 @contextlib.contextmanager
-def restoring(device: Device) -> Iterator[Device]:
-    """Restore ``device``'s original settings on normal exit, exception, SIGINT and SIGTERM.
+def restoring(device: Device, attempts: int = 3) -> Iterator[Device]:
+    """Restore ``device``'s original settings on normal exit, exception, SIGINT, SIGTERM,
+    SIGHUP, SIGQUIT and at interpreter exit (``atexit``).
 
-    Signal handlers are installed (main thread only) that restore, then chain to the previous
-    handler (so Ctrl-C still raises ``KeyboardInterrupt`` and SIGTERM still terminates).
+    The restore holds those signals back while it runs (:func:`measure.shield.shielded`), so a
+    Ctrl-C during it (or a second Ctrl-C) cannot cut it short: the signal is delivered after it.
+    It is tried up to ``attempts`` times, and only a successful restore counts as done.
+
+    * Normal exit: a failed restore raises its :class:`DeviceError`.
+    * Exception: the exception stays the one raised; a failed restore is attached to it as a
+      note (``add_note``; on Python 3.10 printed to stderr).
+    * Signal (main thread only; a signal whose handler was ``SIG_IGN`` is left ignored, so a
+      run under ``nohup`` keeps its settings): restore, then chain to the previous handler —
+      a callable is called (so a CLI handler that raises still runs); ``SIG_DFL`` means
+      KeyboardInterrupt for SIGINT, and for the others the signal is re-raised with its default
+      action, so the exit status says which signal ended the process.
     """
+    from .shield import SHIELDED_SIGNALS, defer, shielded
+
     done = False
 
     def _restore() -> None:
         nonlocal done
-        if not done:
-            done = True
-            device.restore()
+        if done:
+            return
+        last: Exception | None = None
+        with shielded():
+            for _ in range(max(1, attempts)):
+                try:
+                    device.restore()
+                except Exception as exc:  # noqa: BLE001 - retried, then raised or noted
+                    last = exc
+                    continue
+                done = True
+                break
+        if not done and last is not None:
+            raise last
 
     previous: dict[int, Any] = {}
 
     def _handler(signum: int, frame: Any) -> None:
-        _restore()
-        prev = previous.get(signum)
-        if callable(prev):
-            prev(signum, frame)
-        elif prev == signal.SIG_DFL:
-            if signum == getattr(signal, "SIGINT", None):
-                raise KeyboardInterrupt
-            signal.signal(signum, signal.SIG_DFL)
-            signal.raise_signal(signum)
-        # SIG_IGN: the previous owner ignored it; so do we (after restoring).
+        if defer(signum):      # a restore or a setter is running: handle it right after
+            return
+        try:
+            _restore()
+        except Exception as exc:  # noqa: BLE001 - the signal must still take effect
+            print(f"ecal: restoring {device.name} after {signal.Signals(signum).name} failed: "
+                  f"{exc} (run `ecal restore` to put it back)", file=sys.stderr, flush=True)
+        _chain(previous.get(signum), signum, frame)
+
+    def _at_exit() -> None:
+        try:
+            _restore()
+        except Exception as exc:  # noqa: BLE001 - nothing above us at interpreter exit
+            print(f"ecal: restoring {device.name} at exit failed: {exc}", file=sys.stderr,
+                  flush=True)
 
     in_main = threading.current_thread() is threading.main_thread()
     if in_main:
-        for s in _SIGNALS:
-            previous[s] = signal.getsignal(s)
+        for s in SHIELDED_SIGNALS:
+            prev = signal.getsignal(s)
+            if prev == signal.SIG_IGN:
+                continue
+            previous[s] = prev
             signal.signal(s, _handler)
+    atexit.register(_at_exit)
     try:
         yield device
-    finally:
+    except BaseException as exc:
         try:
             _restore()
-        finally:
-            if in_main:
-                for s, h in previous.items():
-                    signal.signal(s, h if h is not None else signal.SIG_DFL)
+        except Exception as rexc:  # noqa: BLE001 - never replaces the user's error
+            _add_note(exc, f"after this error, restoring {device.name} failed: "
+                           f"{type(rexc).__name__}: {rexc} (run `ecal restore` to put it back)")
+        raise
+    else:
+        _restore()
+    finally:
+        atexit.unregister(_at_exit)
+        if in_main:
+            for s, h in previous.items():
+                signal.signal(s, h if h is not None else signal.SIG_DFL)
 
 
 Work = Callable[[], Any]

@@ -10,25 +10,59 @@
 * ``read_only=True`` never changes a device setting (a sweep may then vary only the SM
   allocation, through green contexts, and implementations); setters refuse clearly.
 
+Never leaving a GPU changed:
+
+* **Journal.** Before each setter the setting and the value to restore are written durably to
+  a journal per GPU UUID (:mod:`measure.journal`), with SIGINT/SIGTERM/SIGHUP/SIGQUIT blocked
+  around the record and the call (:mod:`measure.shield`), so no signal lands between them.
+* **What NVML reads back.** The power limit is read (``nvmlDeviceGetPowerManagementLimit``,
+  mW) and restored exactly. NVML has no call that reads a clock *lock* (only the current
+  clock), so clock locks are restored by resetting them (``nvmlDeviceResetGpuLockedClocks``,
+  ``nvmlDeviceResetMemoryLockedClocks``): a lock another tool set before ecal ran is reset,
+  not put back.
+* **One process per GPU.** A device opened for changes holds an ``flock`` on its UUID
+  (:class:`~measure.locks.ProcessLock`); a second process gets :class:`LockedError` naming the
+  holder's PID. The kernel drops the lock when the holder dies, even by SIGKILL.
+* **Recovery.** Opening a GPU (not read-only) whose journal was left by a process that no
+  longer holds it (killed, crashed, or a restore that failed) restores it first and says so
+  in one line on stderr; if that restore fails, the open fails with a one-line
+  :class:`RestoreFailedError` naming ``ecal restore --device nvml:N``.
+* **Exit.** Settings still changed at interpreter exit are restored by an ``atexit`` hook;
+  ``close()`` restores them too. Only SIGKILL, a power loss or ``os._exit`` skip all of these,
+  and then the journal is there for the next open or ``ecal restore``.
+* **Transient errors** (``NVML_ERROR_TIMEOUT``, ``NVML_ERROR_UNKNOWN``, ``NVML_ERROR_NOT_READY``)
+  are retried a bounded number of times with exponential backoff; ``NVML_ERROR_GPU_IS_LOST``
+  triggers a restore attempt and a clear :class:`GpuLostError`.
+
 The pynvml module is injectable (``nvml=``) so tests run against a strict fake.
 """
 
 from __future__ import annotations
 
+import atexit
+import os
+import re
+import sys
 import time
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from frontier.operating_point import OperatingPoint
 
+from . import journal as jr
 from .device import (
     Device,
     DeviceError,
     OperatingSet,
     PermissionDeniedError,
+    Reading,
     ReadOnlyError,
     UnsupportedSettingError,
 )
+from .locks import ProcessLock, lock_dir
+from .shield import shielded
 
 WHAT_TO_DO = ("Changing clocks or power limits needs root: run as root (sudo) or in a container "
               "with CAP_SYS_ADMIN, keep the driver loaded with persistence mode (`sudo nvidia-smi "
@@ -42,8 +76,51 @@ EVENT_REASONS = {
     0x80: "HwPowerBrakeSlowdown", 0x100: "DisplayClockSetting",
 }
 
+#: NVML error names retried with backoff (a busy or briefly unresponsive driver).
+TRANSIENT_ERRORS = ("NVML_ERROR_TIMEOUT", "NVML_ERROR_UNKNOWN", "NVML_ERROR_NOT_READY")
+_TRANSIENT_DEFAULTS = {"NVML_ERROR_TIMEOUT": 10, "NVML_ERROR_UNKNOWN": 999, "NVML_ERROR_NOT_READY": 27}
+
 # CUDA cores per SM by NVML architecture id (no NVML call returns the SM count).
 _CORES_PER_SM = {5: 64, 6: 64, 7: 128, 8: 128, 9: 128, 10: 128}
+
+
+class GpuLostError(DeviceError):
+    """NVML reported ``NVML_ERROR_GPU_IS_LOST``: the GPU fell off the bus or hung."""
+
+
+class RestoreFailedError(DeviceError):
+    """Settings left by an earlier process could not be restored (``cause``: the NVML error);
+    the journal is kept for ``ecal restore``."""
+
+    def __init__(self, message: str, cause: DeviceError | None = None):
+        self.cause = cause
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """What opening a GPU restored from a journal left by an earlier process."""
+
+    uuid: str
+    index: int
+    restored: tuple[str, ...]
+    pid: int | None
+    host: str
+    writer_alive: bool
+    corrupt: bool
+
+    def summary(self) -> str:
+        """One line: which GPU, what was put back, who left it."""
+        who = "an unreadable journal" if self.corrupt else (
+            f"process {self.pid} on {self.host}" + ("" if self.writer_alive else " (no longer running)"))
+        return (f"restored {self.uuid} (nvml:{self.index}) left changed by {who}: "
+                f"{', '.join(self.restored)}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready description."""
+        return {"uuid": self.uuid, "device": f"nvml:{self.index}", "restored": list(self.restored),
+                "left_by_pid": self.pid, "left_on_host": self.host,
+                "writer_alive": self.writer_alive, "journal_corrupt": self.corrupt}
 
 
 def _load_pynvml() -> Any:
@@ -55,53 +132,247 @@ def _load_pynvml() -> Any:
     return pynvml
 
 
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _norm_uuid(u: str) -> str:
+    u = u.strip().lower()
+    return u[4:] if u.startswith("gpu-") else u
+
+
+def cuda_index_for(uuid: str, nvml_index: int, torch: Any = None,
+                   environ: Mapping[str, str] | None = None) -> int:
+    """The CUDA device index of the GPU whose NVML UUID is ``uuid`` (``GPU-…``).
+
+    With torch (injected, or importable) and CUDA available: the index ``i`` whose
+    ``torch.cuda.get_device_properties(i).uuid`` is that UUID. Otherwise from
+    ``CUDA_VISIBLE_DEVICES`` (indices or ``GPU-`` UUIDs or unique UUID prefixes, as CUDA
+    accepts; CUDA stops at the first entry it cannot parse): the position of the entry naming
+    this GPU. Unset: the NVML index (CUDA's order then matches NVML's PCI order only with
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID``; torch, when present, settles it by UUID).
+    """
+    env = os.environ if environ is None else environ
+    want = _norm_uuid(uuid)
+    if torch is None:
+        try:
+            import torch  # optional
+        except ImportError:
+            torch = None
+    if torch is not None and torch.cuda.is_available():
+        n = int(torch.cuda.device_count())
+        for i in range(n):
+            u = getattr(torch.cuda.get_device_properties(i), "uuid", None)
+            if u is not None and _norm_uuid(str(u)) == want:
+                return i
+        raise DeviceError(f"{uuid} (nvml:{nvml_index}) is not among the {n} CUDA devices this "
+                          f"process sees (CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES')!r})")
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return int(nvml_index)
+    for pos, item in enumerate(x.strip() for x in visible.split(",")):
+        if re.fullmatch(r"\d+", item):
+            if int(item) == int(nvml_index):
+                return pos
+        elif item.lower().startswith("gpu-") and len(item) > 4:
+            if want.startswith(_norm_uuid(item)):
+                return pos
+        else:
+            break    # CUDA ignores this entry and every one after it (MIG- ones included here)
+    raise DeviceError(f"{uuid} (nvml:{nvml_index}) is not visible to CUDA "
+                      f"(CUDA_VISIBLE_DEVICES={visible!r}); add it or open another nvml:INDEX")
+
+
 class NVMLDevice(Device):
     """GPU ``index`` via NVML. ``clock``/``sleep``/``synchronize`` are injectable for tests;
-    ``synchronize`` defaults to ``torch.cuda.synchronize`` when torch is importable."""
+    ``synchronize`` defaults to ``torch.cuda.synchronize`` when torch is importable.
+
+    ``retry_sleep`` (default: ``sleep``) waits between retries of transient NVML errors
+    (``attempts`` tries in all, ``backoff_s`` doubling). ``cuda_index`` overrides the CUDA
+    device found by UUID (:func:`cuda_index_for`). ``announce`` prints the one-line notice of
+    a recovery on stderr (:attr:`recovered` holds it either way). Opening for changes (not
+    read-only) takes the GPU's lock and recovers a journal left behind (see module doc).
+    """
 
     simulated = False
 
     def __init__(self, index: int = 0, read_only: bool = False, nvml: Any = None,
                  sm_count: int | None = None, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep,
-                 synchronize: Callable[[], None] | None = None):
+                 synchronize: Callable[[], None] | None = None,
+                 retry_sleep: Callable[[float], None] | None = None, attempts: int = 5,
+                 backoff_s: float = 0.05, cuda_index: int | None = None, announce: bool = True):
         self.nvml = nvml if nvml is not None else _load_pynvml()
         self.index = int(index)
         self.read_only = bool(read_only)
         self._clock, self._sleep = clock, sleep
+        self._retry_sleep = retry_sleep or sleep
+        self._attempts, self._backoff_s = max(1, int(attempts)), float(backoff_s)
+        self._transient = {getattr(self.nvml, n, d) for n, d in _TRANSIENT_DEFAULTS.items()}
+        self._lost_code = getattr(self.nvml, "NVML_ERROR_GPU_IS_LOST", 15)
+        self._lost = False
         self._sync = synchronize
+        self._cuda_index = cuda_index
+        self._journal: jr.DeviceJournal | None = None
+        self._lock: ProcessLock | None = None
+        self._atexit_armed = False
+        self._closed = False
+        self.recovered: Recovery | None = None
         self._call("nvmlInit")
         try:
-            self.handle = self._call("nvmlDeviceGetHandleByIndex", self.index)
-        except DeviceError:
-            self._call("nvmlShutdown")
+            self._open(announce)
+        except BaseException:
+            self._release()
             raise
-        name = self._call("nvmlDeviceGetName", self.handle)
-        self.name = f"{name.decode() if isinstance(name, bytes) else name} (nvml:{self.index})"
         self._opset: OperatingSet | None = None
         self._sm_count_override = sm_count
-        self._original_limit_mw = self._call("nvmlDeviceGetPowerManagementLimit", self.handle)
         self._locked_sm: float | None = None
         self._locked_mem: float | None = None
-        self._limit_changed = False
         self._sm_alloc: int | None = None
 
-    # -- NVML calls with typed errors ---------------------------------------------------------
+    def _open(self, announce: bool) -> None:
+        self.handle = self._call("nvmlDeviceGetHandleByIndex", self.index)
+        self.uuid = _text(self._call("nvmlDeviceGetUUID", self.handle))
+        try:
+            self.driver = _text(self._call("nvmlSystemGetDriverVersion"))
+        except DeviceError:
+            self.driver = "unknown"
+        self.model = _text(self._call("nvmlDeviceGetName", self.handle))
+        self.name = f"{self.model} (nvml:{self.index})"
+        if self.read_only:
+            self._warn_if_left_changed()
+        else:
+            self._lock = ProcessLock(lock_dir() / f"{jr.safe_name(self.uuid)}.lock",
+                                     f"GPU {self.uuid} (nvml:{self.index})",
+                                     ' '.join(sys.argv)[:200]).acquire()
+            weakref.finalize(self, self._lock.release)
+            self.recovered = self._recover()
+            if self.recovered is not None and announce:
+                print(f"ecal: {self.recovered.summary()}", file=sys.stderr, flush=True)
+            self._journal = jr.DeviceJournal(self.uuid, self.index, self.model)
+        self._original_limit_mw = self._call("nvmlDeviceGetPowerManagementLimit", self.handle)
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+        try:
+            self.nvml.nvmlShutdown()
+        except Exception:   # noqa: BLE001 - best effort while an open is failing
+            pass
+
+    # -- NVML calls with typed errors and retries ---------------------------------------------
     def _call(self, fn: str, *args: Any) -> Any:
         nv = self.nvml
+        delay = self._backoff_s
+        for attempt in range(self._attempts):
+            try:
+                return getattr(nv, fn)(*args)
+            except nv.NVMLError as exc:
+                code = getattr(exc, "value", None)
+                if code in self._transient and attempt + 1 < self._attempts:
+                    self._retry_sleep(delay)
+                    delay *= 2
+                    continue
+                if code == self._lost_code:
+                    raise self._gpu_lost(fn, exc) from None
+                err = self._typed(fn, exc, code)
+                err.nvml_code = code
+                raise err from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _typed(self, fn: str, exc: Exception, code: Any) -> DeviceError:
+        nv = self.nvml
+        if code == getattr(nv, "NVML_ERROR_NO_PERMISSION", 4):
+            return PermissionDeniedError(fn, f"{type(exc).__name__}: {exc}", WHAT_TO_DO)
+        if code == getattr(nv, "NVML_ERROR_NOT_SUPPORTED", 3):
+            return UnsupportedSettingError(f"{fn} is not supported on this GPU ({exc})")
+        if code in (getattr(nv, "NVML_ERROR_LIBRARY_NOT_FOUND", 12),
+                    getattr(nv, "NVML_ERROR_DRIVER_NOT_LOADED", 9)):
+            return DeviceError(f"{fn} failed: {exc} — no usable NVIDIA driver here "
+                               "(use the simulated device: --device sim)")
+        tries = f" after {self._attempts} tries" if code in self._transient else ""
+        return DeviceError(f"{fn} failed{tries}: {type(exc).__name__}: {exc}")
+
+    def _gpu_lost(self, fn: str, exc: Exception) -> GpuLostError:
+        where = getattr(self, "name", f"nvml:{self.index}")
+        if self._lost:      # inside the restore attempt below: no second attempt
+            err = GpuLostError(f"{where}: the GPU is lost ({fn}: {exc})")
+            err.nvml_code = self._lost_code
+            return err
+        self._lost = True
+        outcome = "nothing was changed"
+        if self._journal is not None and self._journal.entries:
+            try:
+                self.restore()
+                outcome = "its settings were restored"
+            except DeviceError:
+                outcome = (f"its settings could not be restored (journal kept: after the reset run "
+                           f"`ecal restore --device nvml:{self.index}`)")
+        err = GpuLostError(f"{where}: the GPU is lost (NVML_ERROR_GPU_IS_LOST in {fn}); {outcome}. "
+                           f"It needs a reset (`nvidia-smi -r -i {self.index}`) or a reboot")
+        err.nvml_code = self._lost_code
+        return err
+
+    # -- identity and recovery ----------------------------------------------------------------
+    @property
+    def cuda_index(self) -> int:
+        """The CUDA device index of this GPU (found by UUID; see :func:`cuda_index_for`)."""
+        if self._cuda_index is None:
+            self._cuda_index = cuda_index_for(self.uuid, self.index)
+        return self._cuda_index
+
+    def _warn_if_left_changed(self) -> None:
+        path = jr.path_for(self.uuid)
+        if path.exists():
+            print(f"ecal: warning: {self.uuid} (nvml:{self.index}) has a journal of settings left "
+                  f"changed ({path}); a read-only open restores nothing: run "
+                  f"`ecal restore --device nvml:{self.index}`", file=sys.stderr, flush=True)
+
+    def _recover(self) -> Recovery | None:
+        """Restore from a journal left by an earlier holder of this GPU (we hold its lock, so
+        that process has died or closed it). Raises :class:`RestoreFailedError`."""
+        path = jr.path_for(self.uuid)
+        if not path.exists():
+            return None
         try:
-            return getattr(nv, fn)(*args)
-        except nv.NVMLError as exc:
-            code = getattr(exc, "value", None)
-            if code == getattr(nv, "NVML_ERROR_NO_PERMISSION", 4):
-                raise PermissionDeniedError(fn, f"{type(exc).__name__}: {exc}", WHAT_TO_DO) from None
-            if code == getattr(nv, "NVML_ERROR_NOT_SUPPORTED", 3):
-                raise UnsupportedSettingError(f"{fn} is not supported on this GPU ({exc})") from None
-            if code in (getattr(nv, "NVML_ERROR_LIBRARY_NOT_FOUND", 12),
-                        getattr(nv, "NVML_ERROR_DRIVER_NOT_LOADED", 9)):
-                raise DeviceError(f"{fn} failed: {exc} — no usable NVIDIA driver here "
-                                  "(use the simulated device: --device sim)") from None
-            raise DeviceError(f"{fn} failed: {type(exc).__name__}: {exc}") from None
+            rec: jr.JournalRecord | None = jr.read_journal(path)
+            entries = rec.ordered()
+        except jr.CorruptJournalError:
+            # Unknown what was changed: put everything back to the driver defaults.
+            rec, entries = None, [jr.JournalEntry(s) for s in jr.SETTINGS]
+        done: list[str] = []
+        with shielded():
+            for e in entries:
+                try:
+                    done.append(self._undo(e))
+                except DeviceError as exc:
+                    who = f"process {rec.pid}" if rec else "an earlier process (unreadable journal)"
+                    raise RestoreFailedError(
+                        f"{self.model} (nvml:{self.index}, {self.uuid}) was left changed by {who} "
+                        f"and restoring it failed ({exc}); run `ecal restore --device "
+                        f"nvml:{self.index}` (as root)", exc) from None
+            jr.remove_durably(path)
+        if not done:
+            return None
+        return Recovery(self.uuid, self.index, tuple(done), rec.pid if rec else None,
+                        rec.host if rec else "", rec.writer_alive() if rec else False, rec is None)
+
+    def _undo(self, e: jr.JournalEntry) -> str:
+        """Put one journalled setting back; returns what was done (for messages)."""
+        h = self.handle
+        if e.setting == "gpu_locked_clocks":
+            self._call("nvmlDeviceResetGpuLockedClocks", h)
+            self._locked_sm = None
+        elif e.setting == "mem_locked_clocks":
+            self._call("nvmlDeviceResetMemoryLockedClocks", h)
+            self._locked_mem = None
+        else:
+            mw = e.restore_mw
+            if mw is None:
+                mw = self._call("nvmlDeviceGetPowerManagementDefaultLimit", h)
+            self._call("nvmlDeviceSetPowerManagementLimit", h, int(mw))
+            return f"power limit {int(mw) / 1000:g} W"
+        return e.describe()
 
     # -- reads ---------------------------------------------------------------------------------
     def energy_j(self) -> float:
@@ -143,8 +414,8 @@ class NVMLDevice(Device):
             import torch  # optional
 
             if torch.cuda.is_available():
-                return int(torch.cuda.get_device_properties(self.index).multi_processor_count)
-        except ImportError:
+                return int(torch.cuda.get_device_properties(self.cuda_index).multi_processor_count)
+        except (ImportError, DeviceError):
             pass
         cores = int(self._call("nvmlDeviceGetNumGpuCores", self.handle))
         try:
@@ -189,7 +460,9 @@ class NVMLDevice(Device):
     # -- setters -------------------------------------------------------------------------------
     def set_operating_point(self, op: OperatingPoint) -> None:
         """Apply ``op``'s power limit, memory-clock lock and SM-clock lock (None = leave as is)
-        after validating all of them; on a failure, undo what this call already changed."""
+        after validating all of them; on a failure, undo what this call already changed.
+
+        Each setter is journalled first, with termination signals held back (module doc)."""
         if self.read_only and op.dev != OperatingPoint():
             raise ReadOnlyError(
                 f"{self.name} was opened read-only: refusing to set {op.dev.label()} (no clock or "
@@ -200,19 +473,20 @@ class NVMLDevice(Device):
         try:
             if op.power_limit_w is not None:
                 before = self._call("nvmlDeviceGetPowerManagementLimit", h)
-                self._call("nvmlDeviceSetPowerManagementLimit", h, int(round(op.power_limit_w * 1000)))
-                self._limit_changed = True
-                undo.append(lambda: self._call("nvmlDeviceSetPowerManagementLimit", h, before))
+                mw = int(round(op.power_limit_w * 1000))
+                self._change("power_limit", "nvmlDeviceSetPowerManagementLimit", mw, found_mw=before)
+                undo.append(lambda: self._change("power_limit", "nvmlDeviceSetPowerManagementLimit",
+                                                 before, found_mw=before))
             if op.mem_clock_mhz is not None:
                 prev = self._locked_mem
                 m = int(op.mem_clock_mhz)
-                self._call("nvmlDeviceSetMemoryLockedClocks", h, m, m)
+                self._change("mem_locked_clocks", "nvmlDeviceSetMemoryLockedClocks", m, m)
                 self._locked_mem = op.mem_clock_mhz
                 undo.append(lambda: self._relock_mem(prev))
             if op.sm_clock_mhz is not None:
                 prev_sm = self._locked_sm
                 f = int(op.sm_clock_mhz)
-                self._call("nvmlDeviceSetGpuLockedClocks", h, f, f)
+                self._change("gpu_locked_clocks", "nvmlDeviceSetGpuLockedClocks", f, f)
                 self._locked_sm = op.sm_clock_mhz
                 undo.append(lambda: self._relock_sm(prev_sm))
         except DeviceError:
@@ -220,46 +494,101 @@ class NVMLDevice(Device):
                 try:
                     u()
                 except DeviceError:
-                    pass
+                    pass     # the journal still holds it: restore() or the next open puts it back
             raise
         self._sm_alloc = op.sm_count
 
+    def _change(self, setting: str, fn: str, *values: int, found_mw: int | None = None) -> None:
+        """Journal ``setting`` (durably, if not journalled yet), then call setter ``fn``, with
+        termination signals held back throughout. A setter that definitely failed (an NVML
+        error other than a transient or lost-GPU one) drops the entry it added."""
+        journal = self._writable()
+        with shielded():
+            if setting == "power_limit" and not journal.has(setting) and found_mw is None:
+                found_mw = self._call("nvmlDeviceGetPowerManagementLimit", self.handle)
+            new = journal.record(setting, found_mw if setting == "power_limit" else None,
+                                 list(values) if len(values) > 1 else values[0])
+            if new:
+                self._arm_atexit()
+            try:
+                self._call(fn, self.handle, *values)
+            except DeviceError as exc:
+                code = getattr(exc, "nvml_code", None)
+                if new and code not in self._transient and code != self._lost_code:
+                    journal.discard(setting)
+                raise
+
+    def _writable(self) -> jr.DeviceJournal:
+        if self._journal is None:
+            raise ReadOnlyError(f"{self.name} was opened read-only: no setting can be changed")
+        if self._closed:
+            raise DeviceError(f"{self.name} is closed")
+        return self._journal
+
     def _relock_mem(self, prev: float | None) -> None:
         if prev is None:
-            self._call("nvmlDeviceResetMemoryLockedClocks", self.handle)
+            with shielded():
+                self._call("nvmlDeviceResetMemoryLockedClocks", self.handle)
         else:
-            self._call("nvmlDeviceSetMemoryLockedClocks", self.handle, int(prev), int(prev))
+            self._change("mem_locked_clocks", "nvmlDeviceSetMemoryLockedClocks", int(prev), int(prev))
         self._locked_mem = prev
 
     def _relock_sm(self, prev: float | None) -> None:
         if prev is None:
-            self._call("nvmlDeviceResetGpuLockedClocks", self.handle)
+            with shielded():
+                self._call("nvmlDeviceResetGpuLockedClocks", self.handle)
         else:
-            self._call("nvmlDeviceSetGpuLockedClocks", self.handle, int(prev), int(prev))
+            self._change("gpu_locked_clocks", "nvmlDeviceSetGpuLockedClocks", int(prev), int(prev))
         self._locked_sm = prev
 
     def restore(self) -> None:
-        """Undo what this object changed: reset clock locks, put back the original power limit.
-        Tries every step and raises the first failure after trying them all."""
-        errors: list[DeviceError] = []
-        steps: list[Callable[[], None]] = []
-        if self._locked_sm is not None:
-            steps.append(lambda: self._relock_sm(None))
-        if self._locked_mem is not None:
-            steps.append(lambda: self._relock_mem(None))
-        if self._limit_changed:
-            steps.append(lambda: self._call("nvmlDeviceSetPowerManagementLimit", self.handle,
-                                            self._original_limit_mw))
-        for s in steps:
-            try:
-                s()
-            except DeviceError as exc:
-                errors.append(exc)
-        if not errors:
-            self._limit_changed = False
+        """Undo what this object changed: reset clock locks, put back the power limit found
+        before the first change. Signals are held back meanwhile; each step is retried on
+        transient errors; a step's journal entry is removed only after it succeeded. Tries
+        every step and raises the first failure after trying them all."""
         self._sm_alloc = None
+        if self._journal is None:
+            return
+        errors: list[DeviceError] = []
+        with shielded():
+            for e in [self._journal.entries[s] for s in jr.SETTINGS if self._journal.has(s)]:
+                try:
+                    self._undo(e)
+                    self._journal.clear(e.setting)
+                except DeviceError as exc:
+                    errors.append(exc)
+        if not self._journal.entries:
+            self._disarm_atexit()
         if errors:
+            if len(errors) > 1:
+                raise DeviceError(f"restoring {self.name} failed: "
+                                  + "; ".join(str(e) for e in errors)) from errors[0]
             raise errors[0]
+
+    @property
+    def changed_settings(self) -> tuple[str, ...]:
+        """Settings journalled as changed and not restored yet."""
+        return tuple(self._journal.entries) if self._journal is not None else ()
+
+    def _arm_atexit(self) -> None:
+        if not self._atexit_armed:
+            atexit.register(self._restore_at_exit)
+            self._atexit_armed = True
+
+    def _disarm_atexit(self) -> None:
+        if self._atexit_armed:
+            atexit.unregister(self._restore_at_exit)
+            self._atexit_armed = False
+
+    def _restore_at_exit(self) -> None:
+        """atexit: put back whatever is still changed (one line on stderr if that fails)."""
+        if not self.changed_settings:
+            return
+        try:
+            self.restore()
+        except Exception as exc:  # noqa: BLE001 - nothing above us at interpreter exit
+            print(f"ecal: restoring {self.name} at exit failed ({exc}); run `ecal restore "
+                  f"--device nvml:{self.index}`", file=sys.stderr, flush=True)
 
     # -- work ----------------------------------------------------------------------------------
     def _synchronize(self) -> None:
@@ -271,27 +600,60 @@ class NVMLDevice(Device):
         except ImportError:
             return
         if torch.cuda.is_available():
-            torch.cuda.synchronize(self.index)
+            torch.cuda.synchronize(self.cuda_index)
 
-    def run(self, work: Any, n: int = 1, sm_count: int | None = None) -> None:
-        """Call ``work()`` n times (on ``sm_count`` SMs via a green context when given, else the
-        allocation in force), then synchronize."""
+    def _launch(self, work: Any, n: int, sm_count: int | None) -> None:
         if not callable(work):
             raise TypeError(f"work for {self.name} must be callable, got {type(work).__name__}")
         alloc = sm_count if sm_count is not None else self._sm_alloc
         if alloc is not None and alloc < self.operating_set().sm_count:
             from .sm_alloc import run_on_sms
 
-            run_on_sms(work, int(n), int(alloc), device_index=self.index)
+            run_on_sms(work, int(n), int(alloc), device_index=self.cuda_index)
         else:
             for _ in range(int(n)):
                 work()
+
+    def run(self, work: Any, n: int = 1, sm_count: int | None = None) -> None:
+        """Call ``work()`` n times (on ``sm_count`` SMs via a green context when given, else the
+        allocation in force), then synchronize."""
+        self._launch(work, n, sm_count)
         self._synchronize()
 
+    def run_and_read(self, work: Any, n: int = 1, sm_count: int | None = None) -> Reading:
+        """Launch the work like :meth:`run`, read clocks, temperature and throttle reasons
+        *before* synchronizing (the launches are asynchronous, so the GPU is still busy with
+        them), then synchronize. ``Reading.time_s`` is when the reading was taken, before the
+        work finished: take a window's end time after this returns."""
+        self._launch(work, n, sm_count)
+        try:
+            reading = self.reading()
+        finally:
+            self._synchronize()
+        return reading
+
     def describe(self) -> dict[str, Any]:
-        """Metadata: the GPU name, not simulated."""
-        return {"device": self.name, "simulated": False, "read_only": self.read_only}
+        """Metadata: the GPU name, not simulated, read-only or not, NVML UUID and driver."""
+        return {"device": self.name, "simulated": False, "read_only": self.read_only,
+                "uuid": self.uuid, "driver": self.driver}
 
     def close(self) -> None:
-        """``nvmlShutdown`` (call :meth:`restore` first)."""
-        self._call("nvmlShutdown")
+        """Restore what is still changed, release the GPU's lock, ``nvmlShutdown``.
+
+        Never raises a failed restore (``close`` often runs in a ``finally`` whose exception
+        must stay the one raised): it prints one line on stderr, and the journal stays for the
+        next open or ``ecal restore``."""
+        if self._closed:
+            return
+        try:
+            if self.changed_settings:
+                self.restore()
+        except DeviceError as exc:
+            print(f"ecal: closing {self.name} without restoring it ({exc}); run `ecal restore "
+                  f"--device nvml:{self.index}`", file=sys.stderr, flush=True)
+        finally:
+            self._closed = True
+            self._disarm_atexit()
+            if self._lock is not None:
+                self._lock.release()
+            self._call("nvmlShutdown")

@@ -8,12 +8,33 @@ test checks the names against the installed nvidia-ml-py), real NVML constants a
 only every 100 ms of that clock, and settable failures per call.
 
 Use it by injection: ``NVMLDevice(nvml=fake, clock=fake.time, sleep=fake.sleep)``.
+
+Fault injection (for tests/test_faults.py):
+
+* ``gpus=[FakeGPU(), ...]``: several cards (``nvmlDeviceGetCount``, handles by index or UUID);
+* ``state_path=``: file-backed cards — the card state (limit, locks, clock, counter) is loaded
+  from that JSON file at the start of every call and saved after the call's effect, so a test
+  can SIGKILL a child process and then read or restore the "card" from another process;
+* ``fake.after_call(name, callback, nth=1)``: run ``callback()`` inside the ``nth`` call of
+  ``name`` (``None``: any call) after its effect and before it returns — as a Python signal
+  handler runs right after pynvml's C call returns;
+* ``fake.fail_calls(name, code, count=1, start=1)``: calls ``start .. start+count-1`` of
+  ``name`` raise ``NVMLError(code)`` (e.g. a transient ``NVML_ERROR_TIMEOUT``) before any
+  effect; ``gpu.fail[name] = code`` still fails every call;
+* ``FakeGPU.lost = True``: every call on that card raises ``NVML_ERROR_GPU_IS_LOST`` (on a
+  file-backed fake, call ``fake.save()`` after changing a card by hand).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
+import json
+import os
 import types
-from dataclasses import dataclass, field
+import uuid as _uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 try:  # real constants and error classes when nvidia-ml-py is installed
@@ -41,15 +62,23 @@ def _constants() -> dict[str, Any]:
         return {k: getattr(_real, k) for k in dir(_real)
                 if (k.startswith("NVML_") or k.startswith("nvmlClocks")) and isinstance(getattr(_real, k), int)}
     return {"NVML_ERROR_NO_PERMISSION": 4, "NVML_ERROR_NOT_SUPPORTED": 3, "NVML_ERROR_INVALID_ARGUMENT": 2,
-            "NVML_ERROR_UNINITIALIZED": 1, "NVML_CLOCK_SM": 1, "NVML_CLOCK_MEM": 2, "NVML_TEMPERATURE_GPU": 0,
-            "NVML_DEVICE_ARCH_HOPPER": 9}
+            "NVML_ERROR_UNINITIALIZED": 1, "NVML_ERROR_NOT_FOUND": 6, "NVML_ERROR_TIMEOUT": 10,
+            "NVML_ERROR_GPU_IS_LOST": 15, "NVML_ERROR_UNKNOWN": 999, "NVML_CLOCK_SM": 1,
+            "NVML_CLOCK_MEM": 2, "NVML_TEMPERATURE_GPU": 0, "NVML_DEVICE_ARCH_HOPPER": 9}
+
+
+def _new_uuid() -> str:
+    return f"GPU-{_uuid.uuid4()}"
 
 
 @dataclass
 class FakeGPU:
-    """State behind the fake: an H200-like card on a controllable clock."""
+    """State behind the fake: an H200-like card on a controllable clock.
+
+    ``uuid`` is fresh per card, so two fakes never share a device lock or journal."""
 
     name: str = "NVIDIA H200"
+    uuid: str = field(default_factory=_new_uuid)
     mem_clocks: tuple[int, ...] = (3201, 2201)
     sm_clocks: tuple[int, ...] = tuple(range(1980, 344, -15))
     limit_range_mw: tuple[int, int] = (200_000, 700_000)
@@ -68,6 +97,7 @@ class FakeGPU:
     next_tick: float = 0.1
     locked_sm: tuple[int, int] | None = None
     locked_mem: tuple[int, int] | None = None
+    lost: bool = False
     initialized: int = 0
     fail: dict[str, int] = field(default_factory=dict)   # call name -> NVML error code
     calls: list[tuple[str, tuple]] = field(default_factory=list)
@@ -87,138 +117,235 @@ class FakeGPU:
         """Calls that change device settings."""
         return [c for c in self.calls if c[0].startswith("nvmlDeviceSet") or c[0].startswith("nvmlDeviceReset")]
 
+    def settings(self) -> dict[str, Any]:
+        """What a restore must put back: power limit (mW) and both clock locks."""
+        return {"limit_mw": self.limit_mw, "locked_sm": self.locked_sm, "locked_mem": self.locked_mem}
 
-def make_fake_pynvml(gpu: FakeGPU | None = None) -> types.SimpleNamespace:
-    """A fresh fake pynvml module over ``gpu`` (a new :class:`FakeGPU` by default)."""
-    g = gpu or FakeGPU()
+    def card_state(self) -> dict[str, Any]:
+        """The persistent part of the card (what a file-backed fake saves)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _PER_PROCESS}
+
+    def load_card_state(self, state: dict[str, Any]) -> None:
+        """Set the persistent part from :meth:`card_state` output (JSON lists → tuples)."""
+        for k, v in state.items():
+            if k in _PER_PROCESS:
+                continue
+            setattr(self, k, tuple(v) if isinstance(v, list) else v)
+
+
+# Per-process parts of the fake (NVML init count, injected failures, the call log).
+_PER_PROCESS = frozenset({"initialized", "fail", "calls"})
+
+
+def save_cards(path: str | os.PathLike, gpus: list[FakeGPU]) -> None:
+    """Write the cards' persistent state to ``path`` atomically (a killed writer leaves the old
+    state, like a card whose setter never ran)."""
+    tmp = f"{os.fspath(path)}.{os.getpid()}.tmp"
+    with open(tmp, "w") as fh:
+        fh.write(json.dumps([g.card_state() for g in gpus]))
+    os.replace(tmp, path)
+
+
+def load_cards(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The cards' persistent state as saved by :func:`save_cards`."""
+    with open(path) as fh:
+        return json.loads(fh.read())
+
+
+def make_fake_pynvml(gpu: FakeGPU | None = None, *, gpus: list[FakeGPU] | None = None,
+                     state_path: str | os.PathLike | None = None) -> types.SimpleNamespace:
+    """A fresh fake pynvml module over ``gpu`` (a new :class:`FakeGPU` by default) or the cards
+    ``gpus`` (index order). With ``state_path`` the cards are file-backed (see module doc): an
+    existing file's state wins over the given cards; a missing file is created from them."""
+    cards = list(gpus) if gpus else [gpu or FakeGPU()]
+    g0 = cards[0]
     errors = _error_classes()
     NVMLError = errors["NVMLError"]
     consts = _constants()
-    handle = object()
+    handles = [object() for _ in cards]
+    hooks: list[list[Any]] = []       # [name|None, nth, callback]
+    failures: list[list[Any]] = []    # [name, first, last, code]
+    counts: dict[str | None, int] = {}
+
+    def _load() -> None:
+        if state_path is None:
+            return
+        try:
+            states = load_cards(state_path)
+        except FileNotFoundError:
+            save_cards(state_path, cards)
+            return
+        for c, s in zip(cards, states):
+            c.load_card_state(s)
+
+    def _save() -> None:
+        if state_path is not None:
+            save_cards(state_path, cards)
+
+    def _count(name: str) -> int:
+        counts[name] = counts.get(name, 0) + 1
+        counts[None] = counts.get(None, 0) + 1
+        return counts[name]
 
     def _enter(name: str, *args: Any) -> None:
-        g.calls.append((name, args))
-        if name in g.fail:
-            raise NVMLError(g.fail[name])
-        if name not in ("nvmlInit", "nvmlInitWithFlags") and g.initialized <= 0:
+        g0.calls.append((name, args))
+        n = counts.get(name, 0)
+        for fname, first, last, code in failures:
+            if fname == name and first <= n <= last:
+                raise NVMLError(code)
+        if name in g0.fail:
+            raise NVMLError(g0.fail[name])
+        if name not in ("nvmlInit", "nvmlInitWithFlags") and g0.initialized <= 0:
             raise NVMLError(consts.get("NVML_ERROR_UNINITIALIZED", 1))
 
-    def _check_handle(h: Any) -> None:
-        if h is not handle:
-            raise NVMLError(consts.get("NVML_ERROR_INVALID_ARGUMENT", 2))
+    def _card(h: Any) -> FakeGPU:
+        for c, hh in zip(cards, handles):
+            if h is hh:
+                if c.lost:
+                    raise NVMLError(consts.get("NVML_ERROR_GPU_IS_LOST", 15))
+                return c
+        raise NVMLError(consts.get("NVML_ERROR_INVALID_ARGUMENT", 2))
 
+    def api(fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Load state, count, inject failures, run, save, run hooks — keeping fn's signature."""
+
+        sig = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            sig.bind(*args, **kwargs)     # a wrong call signature is a TypeError, as in pynvml
+            name = fn.__name__
+            _load()
+            n = _count(name)
+            n_any = counts[None]
+            try:
+                _enter(name, *args)
+                result = fn(*args, **kwargs)
+            finally:
+                _save()
+            for hname, nth, cb in list(hooks):
+                if (hname == name and nth == n) or (hname is None and nth == n_any):
+                    cb()
+            return result
+
+        return wrapper
+
+    @api
     def nvmlInit():
-        _enter("nvmlInit")
-        g.initialized += 1
+        g0.initialized += 1
 
+    @api
     def nvmlShutdown():
-        _enter("nvmlShutdown")
-        g.initialized -= 1
+        g0.initialized -= 1
 
+    @api
+    def nvmlSystemGetDriverVersion():
+        return "570.86.15"
+
+    @api
     def nvmlDeviceGetCount():
-        _enter("nvmlDeviceGetCount")
-        return 1
+        return len(cards)
 
+    @api
     def nvmlDeviceGetHandleByIndex(index):
-        _enter("nvmlDeviceGetHandleByIndex", index)
-        if index != 0:
+        if not 0 <= index < len(cards):
             raise NVMLError(consts.get("NVML_ERROR_INVALID_ARGUMENT", 2))
-        return handle
+        return handles[index]
 
+    @api
+    def nvmlDeviceGetHandleByUUID(uuid):
+        u = uuid.decode() if isinstance(uuid, bytes) else uuid
+        for c, h in zip(cards, handles):
+            if c.uuid == u:
+                return h
+        raise NVMLError(consts.get("NVML_ERROR_NOT_FOUND", 6))
+
+    @api
+    def nvmlDeviceGetUUID(handle):
+        return _card(handle).uuid
+
+    @api
     def nvmlDeviceGetName(handle):
-        _enter("nvmlDeviceGetName", handle)
-        _check_handle(handle)
-        return g.name
+        return _card(handle).name
 
+    @api
     def nvmlDeviceGetTotalEnergyConsumption(handle):
-        _enter("nvmlDeviceGetTotalEnergyConsumption", handle)
-        _check_handle(handle)
+        g = _card(handle)
         g.advance(g.energy_read_cost_s)
         return g.counter_mj
 
+    @api
     def nvmlDeviceGetSupportedMemoryClocks(handle):
-        _enter("nvmlDeviceGetSupportedMemoryClocks", handle)
-        _check_handle(handle)
-        return list(g.mem_clocks)
+        return list(_card(handle).mem_clocks)
 
+    @api
     def nvmlDeviceGetSupportedGraphicsClocks(handle, memoryClockMHz):
-        _enter("nvmlDeviceGetSupportedGraphicsClocks", handle, memoryClockMHz)
-        _check_handle(handle)
+        g = _card(handle)
         if memoryClockMHz not in g.mem_clocks:
             raise NVMLError(consts.get("NVML_ERROR_NOT_FOUND", 6))
         return list(g.sm_clocks)
 
+    @api
     def nvmlDeviceSetGpuLockedClocks(handle, minGpuClockMHz, maxGpuClockMHz):
-        _enter("nvmlDeviceSetGpuLockedClocks", handle, minGpuClockMHz, maxGpuClockMHz)
-        _check_handle(handle)
-        g.locked_sm = (minGpuClockMHz, maxGpuClockMHz)
+        _card(handle).locked_sm = (minGpuClockMHz, maxGpuClockMHz)
 
+    @api
     def nvmlDeviceResetGpuLockedClocks(handle):
-        _enter("nvmlDeviceResetGpuLockedClocks", handle)
-        _check_handle(handle)
-        g.locked_sm = None
+        _card(handle).locked_sm = None
 
+    @api
     def nvmlDeviceSetMemoryLockedClocks(handle, minMemClockMHz, maxMemClockMHz):
-        _enter("nvmlDeviceSetMemoryLockedClocks", handle, minMemClockMHz, maxMemClockMHz)
-        _check_handle(handle)
-        g.locked_mem = (minMemClockMHz, maxMemClockMHz)
+        _card(handle).locked_mem = (minMemClockMHz, maxMemClockMHz)
 
+    @api
     def nvmlDeviceResetMemoryLockedClocks(handle):
-        _enter("nvmlDeviceResetMemoryLockedClocks", handle)
-        _check_handle(handle)
-        g.locked_mem = None
+        _card(handle).locked_mem = None
 
+    @api
     def nvmlDeviceSetPowerManagementLimit(handle, limit):
-        _enter("nvmlDeviceSetPowerManagementLimit", handle, limit)
-        _check_handle(handle)
+        g = _card(handle)
         if not g.limit_range_mw[0] <= limit <= g.limit_range_mw[1]:
             raise NVMLError(consts.get("NVML_ERROR_INVALID_ARGUMENT", 2))
         g.limit_mw = int(limit)
 
+    @api
     def nvmlDeviceGetPowerManagementLimit(handle):
-        _enter("nvmlDeviceGetPowerManagementLimit", handle)
-        _check_handle(handle)
-        return g.limit_mw
+        return _card(handle).limit_mw
 
+    @api
     def nvmlDeviceGetPowerManagementDefaultLimit(handle):
-        _enter("nvmlDeviceGetPowerManagementDefaultLimit", handle)
-        _check_handle(handle)
-        return g.default_limit_mw
+        return _card(handle).default_limit_mw
 
+    @api
     def nvmlDeviceGetPowerManagementLimitConstraints(handle):
-        _enter("nvmlDeviceGetPowerManagementLimitConstraints", handle)
-        _check_handle(handle)
-        return list(g.limit_range_mw)
+        return list(_card(handle).limit_range_mw)
 
+    @api
     def nvmlDeviceGetTemperature(handle, sensor):
-        _enter("nvmlDeviceGetTemperature", handle, sensor)
-        _check_handle(handle)
-        return g.temperature_c
+        return _card(handle).temperature_c
 
+    @api
     def nvmlDeviceGetClockInfo(handle, type):  # noqa: A002 - pynvml's parameter name
-        _enter("nvmlDeviceGetClockInfo", handle, type)
-        _check_handle(handle)
+        g = _card(handle)
         if type == consts.get("NVML_CLOCK_MEM", 2):
             return g.locked_mem[1] if g.locked_mem else g.mem_clocks[0]
         return g.locked_sm[1] if g.locked_sm else g.sm_clocks[0]
 
+    @api
     def nvmlDeviceGetCurrentClocksEventReasons(handle):
-        _enter("nvmlDeviceGetCurrentClocksEventReasons", handle)
-        _check_handle(handle)
-        return g.event_reasons
+        return _card(handle).event_reasons
 
+    @api
     def nvmlDeviceGetNumGpuCores(device):
-        _enter("nvmlDeviceGetNumGpuCores", device)
-        _check_handle(device)
-        return g.cores
+        return _card(device).cores
 
+    @api
     def nvmlDeviceGetArchitecture(device):
-        _enter("nvmlDeviceGetArchitecture", device)
-        _check_handle(device)
-        return g.arch
+        return _card(device).arch
 
     funcs = {f.__name__: f for f in [
-        nvmlInit, nvmlShutdown, nvmlDeviceGetCount, nvmlDeviceGetHandleByIndex, nvmlDeviceGetName,
+        nvmlInit, nvmlShutdown, nvmlSystemGetDriverVersion, nvmlDeviceGetCount,
+        nvmlDeviceGetHandleByIndex, nvmlDeviceGetHandleByUUID, nvmlDeviceGetUUID, nvmlDeviceGetName,
         nvmlDeviceGetTotalEnergyConsumption, nvmlDeviceGetSupportedMemoryClocks,
         nvmlDeviceGetSupportedGraphicsClocks, nvmlDeviceSetGpuLockedClocks, nvmlDeviceResetGpuLockedClocks,
         nvmlDeviceSetMemoryLockedClocks, nvmlDeviceResetMemoryLockedClocks,
@@ -227,10 +354,27 @@ def make_fake_pynvml(gpu: FakeGPU | None = None) -> types.SimpleNamespace:
         nvmlDeviceGetTemperature, nvmlDeviceGetClockInfo, nvmlDeviceGetCurrentClocksEventReasons,
         nvmlDeviceGetNumGpuCores, nvmlDeviceGetArchitecture,
     ]}
+
+    def after_call(name: str | None, callback: Callable[[], Any], nth: int = 1) -> None:
+        """Run ``callback()`` inside call number ``nth`` of ``name`` (None: of any call, counted
+        from this fake's creation) after its effect, before it returns."""
+        hooks.append([name, int(nth), callback])
+
+    def fail_calls(name: str, code: int, count: int = 1, start: int = 1) -> None:
+        """Calls ``start`` .. ``start + count - 1`` of ``name`` raise ``NVMLError(code)``."""
+        failures.append([name, int(start), int(start) + int(count) - 1, int(code)])
+
+    if state_path is not None:
+        _load()
     mod = types.SimpleNamespace(**consts, **errors, **funcs)
-    mod.gpu = g
-    mod.time = lambda: g.t
-    mod.sleep = lambda dt: g.advance(dt)
-    mod.busy = lambda dt, power_w: g.advance(dt, power_w)
+    mod.gpu = g0
+    mod.gpus = cards
+    mod.time = lambda: (_load(), g0.t)[1]
+    mod.sleep = lambda dt: (_load(), g0.advance(dt), _save())
+    mod.busy = lambda dt, power_w: (_load(), g0.advance(dt, power_w), _save())
+    mod.save = _save          # after changing a file-backed card's state by hand
+    mod.after_call = after_call
+    mod.fail_calls = fail_calls
+    mod.call_count = lambda name=None: counts.get(name, 0)
     mod.FUNCTIONS = tuple(funcs)
     return mod

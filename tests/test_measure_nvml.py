@@ -22,6 +22,13 @@ from measure.device import DeviceError
 from tests.fake_pynvml import FakeGPU, make_fake_pynvml
 
 
+@pytest.fixture(autouse=True)
+def state_dir(tmp_path, monkeypatch):
+    """Device locks and journals go to a fresh folder, not ~/.cache/energy-calculus."""
+    monkeypatch.setenv("ECAL_STATE_DIR", str(tmp_path / "state"))
+    return tmp_path / "state"
+
+
 def _dev(read_only=False, **gpu_kw):
     fake = make_fake_pynvml(FakeGPU(**gpu_kw))
     dev = NVMLDevice(nvml=fake, read_only=read_only, clock=fake.time, sleep=fake.sleep,
@@ -159,3 +166,202 @@ def test_open_device_strings():
         open_device("tpu:0")
     with pytest.raises(DeviceError, match="integer"):
         open_device("nvml:x")
+
+
+# -- identity, CUDA mapping, window readings, journal and lock on open ------------------------
+
+def test_describe_has_uuid_and_driver(state_dir):
+    dev, fake = _dev()
+    d = dev.describe()
+    assert d["uuid"] == fake.gpu.uuid and d["uuid"].startswith("GPU-")
+    assert d["driver"] == "570.86.15" and d["device"] == dev.name
+    dev.close()
+
+
+class _Props:
+    def __init__(self, uuid):
+        self.uuid = uuid
+        self.multi_processor_count = 132
+
+
+class _FakeTorch:
+    """torch.cuda as seen by a process with some GPUs visible (UUIDs without 'GPU-')."""
+
+    def __init__(self, uuids):
+        self.uuids, self.synced = list(uuids), []
+        torch = self
+
+        class cuda:  # noqa: N801 - mirrors torch.cuda
+            is_available = staticmethod(lambda: True)
+            device_count = staticmethod(lambda: len(torch.uuids))
+            get_device_properties = staticmethod(lambda i: _Props(torch.uuids[i]))
+            synchronize = staticmethod(lambda i=None: torch.synced.append(i))
+
+        self.cuda = cuda
+
+
+U = ["GPU-aaaaaaaa-0000-0000-0000-000000000000", "GPU-bbbbbbbb-1111-1111-1111-111111111111",
+     "GPU-cccccccc-2222-2222-2222-222222222222"]
+
+
+@pytest.mark.parametrize("visible, want", [
+    (None, 2), ("2", 0), ("0,2", 1), ("2,0,1", 0), (" 1 , 2 ", 1), (U[2], 0), (f"{U[0]},{U[2]}", 1),
+    ("GPU-cccc", 0), ("GPU-CCCCCCCC-2222", 0),
+])
+def test_cuda_index_from_cuda_visible_devices(visible, want):
+    from measure import cuda_index_for
+
+    env = {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}
+    no_torch = _FakeTorch([])
+    no_torch.cuda.is_available = staticmethod(lambda: False)
+    assert cuda_index_for(U[2], 2, torch=no_torch, environ=env) == want
+
+
+@pytest.mark.parametrize("visible", ["0,1", "", "0,bogus,2", "MIG-xyz,2", "-1"])
+def test_cuda_index_not_visible_is_a_clear_error(visible):
+    from measure import cuda_index_for
+
+    no_torch = _FakeTorch([])
+    no_torch.cuda.is_available = staticmethod(lambda: False)
+    with pytest.raises(DeviceError, match="not visible to CUDA"):
+        cuda_index_for(U[2], 2, torch=no_torch, environ={"CUDA_VISIBLE_DEVICES": visible})
+
+
+def test_cuda_index_by_torch_uuid():
+    from measure import cuda_index_for
+
+    torch = _FakeTorch([U[2][4:], U[0][4:]])        # torch prints UUIDs without "GPU-"
+    assert cuda_index_for(U[2], 2, torch=torch, environ={}) == 0
+    assert cuda_index_for(U[0], 0, torch=torch, environ={}) == 1
+    with pytest.raises(DeviceError, match="not among the 2 CUDA devices"):
+        cuda_index_for(U[1], 1, torch=torch, environ={})
+
+
+def test_nvml_2_with_cuda_visible_devices_2_uses_cuda_0(state_dir, monkeypatch):
+    import sys
+
+    import measure.sm_alloc
+
+    fake = make_fake_pynvml(gpus=[FakeGPU(uuid=u) for u in U])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
+    monkeypatch.setitem(sys.modules, "torch", None)         # no torch: CUDA_VISIBLE_DEVICES decides
+    dev = NVMLDevice(index=2, nvml=fake, clock=fake.time, sleep=fake.sleep, synchronize=lambda: None)
+    assert dev.uuid == U[2] and dev.cuda_index == 0
+    seen = {}
+    monkeypatch.setattr(measure.sm_alloc, "run_on_sms",
+                        lambda work, n, num_sms, device_index=0, torch=None: seen.update(idx=device_index))
+    dev.run(lambda: None, 1, sm_count=64)
+    assert seen["idx"] == 0
+    # with torch, synchronize and get_device_properties get the CUDA index found by UUID
+    torch = _FakeTorch([U[2][4:]])
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    dev2 = NVMLDevice(index=2, nvml=make_fake_pynvml(gpus=[FakeGPU(uuid=u) for u in U]),
+                      read_only=True, sleep=lambda s: None)
+    dev2.run(lambda: None)
+    assert torch.synced == [0] and dev2.operating_set().sm_count == 132
+    dev.close()
+    dev2.close()
+
+
+def test_run_and_read_reads_before_synchronizing(state_dir):
+    order = []
+    fake = make_fake_pynvml(FakeGPU())
+
+    def sync():
+        order.append("sync")
+        fake.gpu.event_reasons = 0x1          # idle after the work finished
+
+    dev = NVMLDevice(nvml=fake, clock=fake.time, sleep=fake.sleep, synchronize=sync)
+    dev.set_operating_point(OperatingPoint(sm_clock_mhz=1410))
+
+    def work():
+        order.append("work")
+        fake.gpu.event_reasons = 0x4          # power capped while it runs
+
+    r = dev.run_and_read(work, 3)
+    assert order == ["work", "work", "work", "sync"]
+    assert r.throttle_reasons == ("SwPowerCap",) and r.sm_clock_mhz == 1410
+    assert dev.reading().throttle_reasons == ("GpuIdle",)
+    dev.close()
+    assert fake.gpu.locked_sm is None
+
+
+def test_journal_written_before_setter_and_cleared_after_restore(state_dir):
+    from measure import journal as jr
+
+    dev, fake = _dev(limit_mw=650_000)
+    path = jr.path_for(fake.gpu.uuid)
+    seen = []
+    for nth in (1, 2):
+        fake.after_call("nvmlDeviceSetPowerManagementLimit",
+                        lambda: seen.append(jr.read_journal(path).entries["power_limit"].restore_mw),
+                        nth=nth)
+    dev.set_operating_point(OperatingPoint(power_limit_w=500))
+    dev.set_operating_point(OperatingPoint(power_limit_w=450))
+    assert seen == [650_000, 650_000]          # the value found before the first change
+    assert dev.changed_settings == ("power_limit",)
+    dev.restore()
+    assert fake.gpu.limit_mw == 650_000 and not path.exists() and dev.changed_settings == ()
+    dev.close()
+
+
+def test_permission_denied_setter_leaves_no_journal(state_dir):
+    from measure import journal as jr
+
+    dev, fake = _dev()
+    fake.gpu.fail["nvmlDeviceSetGpuLockedClocks"] = fake.NVML_ERROR_NO_PERMISSION
+    with pytest.raises(PermissionDeniedError):
+        dev.set_operating_point(OperatingPoint(sm_clock_mhz=1410))
+    assert not jr.path_for(fake.gpu.uuid).exists()
+    dev.restore()                               # nothing to restore: no reset call is made
+    assert [c for c in fake.gpu.setter_calls if "Reset" in c[0]] == []
+    dev.close()
+
+
+def test_one_process_per_gpu_and_read_only_is_not_locked(state_dir):
+    from measure import LockedError
+
+    gpu = FakeGPU()
+    fake = make_fake_pynvml(gpu)
+    a = NVMLDevice(nvml=fake, sleep=fake.sleep)
+    with pytest.raises(LockedError, match=f"process {__import__('os').getpid()}"):
+        NVMLDevice(nvml=fake, sleep=fake.sleep)
+    NVMLDevice(nvml=fake, read_only=True).close()
+    a.close()
+    NVMLDevice(nvml=fake, sleep=fake.sleep).close()      # released on close
+
+
+def test_cmd_restore_nothing_to_do(state_dir, capsys):
+    import argparse
+
+    from ecal.recovery import cmd_restore
+
+    fake = make_fake_pynvml()
+    assert cmd_restore(argparse.Namespace(device=None, json=False), nvml=fake) == 0
+    assert "nothing to restore" in capsys.readouterr().out
+    assert cmd_restore(argparse.Namespace(device="nvml:0", json=True), nvml=fake) == 0
+    assert '"restored": []' in capsys.readouterr().out
+    with pytest.raises(DeviceError, match="nvml:INDEX"):
+        cmd_restore(argparse.Namespace(device="sim", json=False), nvml=fake)
+
+
+def test_cmd_restore_every_journal_on_two_gpus(state_dir, capsys):
+    import argparse
+
+    from ecal.recovery import cmd_restore
+    from measure import journal as jr
+
+    gpus = [FakeGPU(limit_mw=600_000), FakeGPU(limit_mw=650_000)]
+    fake = make_fake_pynvml(gpus=gpus)
+    for i, g in enumerate(gpus):               # as a killed run leaves them (without its lock)
+        j = jr.DeviceJournal(g.uuid, i, g.name)
+        j.record("power_limit", g.limit_mw, 400_000)
+        j.record("gpu_locked_clocks", None, [1200, 1200])
+        g.limit_mw, g.locked_sm = 400_000, (1200, 1200)
+    assert cmd_restore(argparse.Namespace(device=None, json=False), nvml=fake) == 0
+    out = capsys.readouterr().out
+    assert all(g.uuid in out for g in gpus) and "power limit 600 W" in out and "650 W" in out
+    assert [g.settings() for g in gpus] == [
+        {"limit_mw": 600_000, "locked_sm": None, "locked_mem": None},
+        {"limit_mw": 650_000, "locked_sm": None, "locked_mem": None}]
+    assert jr.list_journals() == []
