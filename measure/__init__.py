@@ -3,10 +3,14 @@
 * :class:`Device` — the interface (energy counter, clock, operating set, setters, ``run``);
   typed errors (:class:`DeviceError`, :class:`PermissionDeniedError`,
   :class:`UnsupportedSettingError`, :class:`ReadOnlyError`, :class:`FeatureUnavailableError`);
-  :func:`restoring` puts settings back on exit, exception, SIGINT and SIGTERM.
+  :func:`restoring` puts settings back on exit, exception, SIGINT, SIGTERM, SIGHUP, SIGQUIT
+  and at interpreter exit.
 * :class:`SimulatedGPU` — physics-based H200 in virtual time (``simulated=True`` everywhere);
   :class:`SimKernel` work and ``PRESETS`` matching the H200 data elements.
-* :class:`NVMLDevice` — a real GPU through pynvml (``read_only=True`` never changes settings).
+* :class:`NVMLDevice` — a real GPU through pynvml (``read_only=True`` never changes settings);
+  every change is journalled first (:mod:`measure.journal`) and a journal left by a killed run
+  is restored on the next open (or by ``ecal restore``); one process per GPU
+  (:class:`LockedError`); :class:`GpuLostError`, :class:`RestoreFailedError`.
 * :mod:`measure.replay` — signatures from recorded tables (H200, Zeus, NV-DVFS, Perseus).
 * :mod:`measure.sm_alloc` — run work on n SMs via CUDA green contexts (optional torch).
 * :class:`Protocol`, :func:`measure_point` — warm-up, null context, tick-aligned windows,
@@ -43,7 +47,8 @@ from .device import (
 )
 from .factory import open_device, resolve_work
 from .grid import Grid, GridError, parse_grid
-from .nvml import NVMLDevice
+from .locks import LockedError
+from .nvml import GpuLostError, NVMLDevice, RestoreFailedError, cuda_index_for
 from .protocol import NAIVE_5S, Protocol, measure_point, measure_ready_power_w
 from .replay import (
     ReplayDevice,
@@ -53,6 +58,7 @@ from .replay import (
     load_zeus_profile,
     load_zeus_trace,
 )
+from .results_log import ResultsMismatchError
 from .sim import H200, PRESETS, SimKernel, SimSpec, SimulatedGPU, list_presets, preset
 from .sweep import Progress, SweepResult, print_progress, sweep
 from .transitions import measure_transitions, settle_time_s
@@ -61,9 +67,10 @@ __all__ = [
     "Device", "DeviceError", "PermissionDeniedError", "UnsupportedSettingError", "ReadOnlyError",
     "FeatureUnavailableError", "OperatingSet", "restoring",
     "SimulatedGPU", "SimKernel", "SimSpec", "H200", "PRESETS", "preset", "list_presets",
-    "NVMLDevice", "Protocol", "NAIVE_5S", "measure_point", "measure_ready_power_w",
+    "NVMLDevice", "GpuLostError", "RestoreFailedError", "LockedError", "cuda_index_for",
+    "Protocol", "NAIVE_5S", "measure_point", "measure_ready_power_w",
     "Grid", "GridError", "parse_grid", "sweep", "SweepResult", "Progress", "print_progress",
     "characterize", "CharacterizationResult", "PlanApplier", "open_device", "resolve_work",
-    "measure_transitions", "settle_time_s",
+    "measure_transitions", "settle_time_s", "ResultsMismatchError",
     "ReplayDevice", "load_h200", "load_zeus_trace", "load_zeus_profile", "load_nvdvfs", "load_perseus",
 ]

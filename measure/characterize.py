@@ -106,8 +106,11 @@ def characterize(fn: Any, device: Device | None = None, grid: str | Grid | Mappi
 
     The grid is rejected before any device change if a point is unsupported; the device is
     restored afterwards (also on exceptions and Ctrl-C); each point is appended to
-    ``results_path`` as measured and a rerun resumes from it. ``ready_power_w`` reuses a
-    ready-power calibration for a grid that keeps ω_dev (see :func:`~measure.sweep.sweep`).
+    ``results_path`` as measured and a rerun resumes from it: the same points, bit for bit on
+    the simulator, while one process at a time writes the file and a file from another GPU,
+    seed, protocol or element is refused (see :func:`~measure.sweep.sweep` and
+    :mod:`measure.results_log`). ``ready_power_w`` reuses a ready-power calibration for a grid
+    that keeps ω_dev.
     """
     if device is None:
         from .sim import SimulatedGPU

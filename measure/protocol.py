@@ -142,15 +142,19 @@ def time_per_invocation_s(device: Device, work: Any, sm_count: int | None = None
 
 def measure_window(device: Device, work: Any, n: int, protocol: Protocol, ready_w: float,
                    sm_count: int | None = None) -> Window:
-    """Measure one window of ``n`` back-to-back invocations (naive or tick-aligned)."""
+    """Measure one window of ``n`` back-to-back invocations (naive or tick-aligned).
+
+    Clocks and throttle reasons come from :meth:`~measure.device.Device.run_and_read`, read
+    *while the work runs* (after a run the GPU is idle and reports nothing about the work);
+    the end temperature is read when the work is done."""
     temp0 = device.temperature_c()
     if protocol.window == "tick_aligned":
         t_a, e_a = wait_for_tick(device, protocol.tick_timeout_s, protocol.poll_s)
     else:
         e_a, t_a = device.energy_j(), device.time_s()
-    device.run(work, n, sm_count=sm_count)
+    reading = device.run_and_read(work, n, sm_count=sm_count)
     t_s = device.time_s()
-    reading = device.reading()
+    temp_end = device.temperature_c()
     if protocol.window == "tick_aligned":
         t_b, e_b = wait_for_tick(device, protocol.tick_timeout_s, protocol.poll_s)
         tail = t_b - t_s
@@ -160,12 +164,17 @@ def measure_window(device: Device, work: Any, n: int, protocol: Protocol, ready_
         tail = 0.0
         energy = e_b - e_a
     return Window(n=n, time_s=t_s - t_a, energy_j=energy, tail_s=tail, temp_start_c=temp0,
-                  temp_end_c=reading.temperature_c, sm_clock_mhz=reading.sm_clock_mhz,
+                  temp_end_c=temp_end, sm_clock_mhz=reading.sm_clock_mhz,
                   throttle_reasons=reading.throttle_reasons)
 
 
 def null_context(device: Device, protocol: Protocol) -> float:
-    """Bring the device to the null context before a window; returns the idle time spent, s."""
+    """Bring the device to the null context before a window; returns the idle time spent, s.
+
+    The null context is the device ready and idle (context alive, no work, not capped) near
+    its steady ready temperature at the operating point. A sweep assumes each point starts
+    there; the simulator's :meth:`~measure.sim.SimulatedGPU.seed_point` puts it exactly
+    there, so a point does not depend on the points measured before it."""
     spent = 0.0
     if protocol.cooldown_s > 0:
         device.idle(protocol.cooldown_s)

@@ -12,15 +12,28 @@ Everything happens in **virtual time**: nothing sleeps, so tests and demos are f
   board power fits (and dithers a little, so capped work varies run to run);
 * a **thermal RC** state (die temperature relaxes towards ambient + R·P with time constant τ);
 * an **energy counter** that ticks every ~100 ms (73–127 ms) with a little noise, and reads
-  that cost ~4 ms, like NVML's on the H200.
+  that cost ~4 ms, like NVML's on the H200;
+* **readings only while work runs**: clocks and throttle reasons describe the running kernel
+  during :meth:`~SimulatedGPU.run` and :meth:`~SimulatedGPU.run_and_read` (which reads halfway
+  through); once a run returns the device reports idle (``GpuIdle``, the locked or top clock),
+  as a real GPU does after ``synchronize``;
+* **per-point randomness**: :meth:`~SimulatedGPU.seed_point` reseeds the noise from (seed, key)
+  and puts the transient state into the null context, so a sweep point is a function of its
+  key and the seed alone (an interrupted-and-resumed sweep equals an uninterrupted one).
+
+Exactness: virtual time advances in multiples of 2⁻³⁰ s (≈ 1 ns) and the energy counter counts
+in units of 2⁻¹⁰ J (≈ 1 mJ, NVML's unit), so every reading is an exact binary number and the
+difference of two readings does not depend on how much time or energy came before them.
 
 Every output of this device says it is simulated (``simulated=True``, ``"simulated H200"``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -28,7 +41,24 @@ import numpy as np
 
 from frontier.operating_point import OperatingPoint
 
-from .device import Device, OperatingSet, ReadOnlyError
+from .device import Device, OperatingSet, Reading, ReadOnlyError
+
+#: Virtual time advances in multiples of this (s): sums and differences of times stay exact.
+TIME_QUANTUM_S = 2.0**-30
+#: The energy counter counts in multiples of this (J), like NVML's millijoules but binary.
+ENERGY_QUANTUM_J = 2.0**-10
+
+
+def _quantize(x: float, q: float) -> float:
+    """``x`` rounded to a multiple of ``q`` (a power of two: the result is exact)."""
+    return math.floor(x / q + 0.5) * q
+
+
+def stable_seed(seed: int, key: str) -> np.random.SeedSequence:
+    """A seed sequence from ``seed`` and ``key`` that is the same in every process (SHA-256 of
+    the key, unlike Python's salted ``hash()``)."""
+    words = np.frombuffer(hashlib.sha256(key.encode("utf-8")).digest(), dtype="<u4")
+    return np.random.SeedSequence([int(seed), *(int(w) for w in words)])
 
 
 @dataclass(frozen=True)
@@ -208,7 +238,13 @@ class KernelState:
 
 @dataclass
 class _Counter:
-    value_j: float = 0.0       # what a read returns (the last tick's value)
+    """The energy counter: a read returns ``base_j + value_j`` (both multiples of
+    :data:`ENERGY_QUANTUM_J`, so the sum is exact). ``value_j`` counts the energy since the
+    counter's epoch (``since_epoch_j``, unrounded); ``seed_point`` starts a new epoch."""
+
+    base_j: float = 0.0
+    value_j: float = 0.0       # the last tick's value, relative to base_j
+    since_epoch_j: float = 0.0
     next_tick_s: float = 0.1
 
 
@@ -229,7 +265,8 @@ class SimulatedGPU(Device):
         self.spec = spec
         self.read_only = bool(read_only)
         self.name = f"simulated {spec.name}"
-        self._rng = np.random.default_rng(seed)
+        self.seed = int(seed)
+        self._rng = np.random.default_rng(self.seed)
         self._t = 0.0
         self._e_true = 0.0
         self._counter = _Counter(next_tick_s=self._tick_interval())
@@ -238,6 +275,7 @@ class SimulatedGPU(Device):
         self._set_calls: list[OperatingPoint] = []
         self._last_capped = False
         self._busy = False
+        self._depth = 0            # nesting of run() calls (a callable may run kernels itself)
         self._wander = 0.0
         self.last_switch_s = 0.0
         self._last_clock = spec.sm_clock_max_mhz
@@ -339,19 +377,24 @@ class SimulatedGPU(Device):
     # -- virtual time, energy counter, thermal state ---------------------------------------
     def _tick_interval(self) -> float:
         s = self.spec
-        return float(np.clip(s.tick_s + s.tick_jitter_s * self._rng.standard_normal(), s.tick_min_s, s.tick_max_s))
+        dt = float(np.clip(s.tick_s + s.tick_jitter_s * self._rng.standard_normal(), s.tick_min_s, s.tick_max_s))
+        return _quantize(dt, TIME_QUANTUM_S)
 
     def _advance(self, dt: float, power_w: float) -> None:
-        """Move virtual time by ``dt`` at constant board power (ticks and temperature)."""
+        """Move virtual time by ``dt`` (rounded to :data:`TIME_QUANTUM_S`) at constant board
+        power (ticks and temperature)."""
+        dt = _quantize(dt, TIME_QUANTUM_S)
         if dt <= 0:
             return
         s = self.spec
         end = self._t + dt
         c = self._counter
         while c.next_tick_s <= end:
-            e_at_tick = self._e_true + power_w * (c.next_tick_s - self._t)
-            c.value_j = max(c.value_j, round(e_at_tick + s.counter_noise_j * self._rng.standard_normal(), 3))
+            e_at_tick = c.since_epoch_j + power_w * (c.next_tick_s - self._t)
+            noisy = e_at_tick + s.counter_noise_j * self._rng.standard_normal()
+            c.value_j = max(c.value_j, _quantize(noisy, ENERGY_QUANTUM_J))
             c.next_tick_s += self._tick_interval()
+        c.since_epoch_j += power_w * dt
         self._e_true += power_w * dt
         self._t = end
         target = s.ambient_c + s.thermal_r_c_per_w * power_w
@@ -362,9 +405,10 @@ class SimulatedGPU(Device):
 
     # -- Device interface -------------------------------------------------------------------
     def energy_j(self) -> float:
-        """Cumulative energy counter (J); a read costs ``read_cost_s`` of virtual time."""
+        """Cumulative energy counter (J, multiples of :data:`ENERGY_QUANTUM_J`); a read costs
+        ``read_cost_s`` of virtual time."""
         self._advance(self.spec.read_cost_s, self._ready_w())
-        return self._counter.value_j
+        return self._counter.base_j + self._counter.value_j
 
     def true_energy_j(self) -> float:
         """The exact integral of power so far (the simulator's ground truth), J."""
@@ -376,9 +420,49 @@ class SimulatedGPU(Device):
 
     def idle(self, duration_s: float) -> None:
         """Stay ready (context alive, no kernels) for ``duration_s`` of virtual time."""
+        self._set_idle()
+        self._advance(float(duration_s), self._ready_w())
+
+    def _set_idle(self) -> None:
         self._busy = False
         self._last_capped = False
-        self._advance(float(duration_s), self._ready_w())
+
+    def ready_temperature_c(self, op: OperatingPoint | None = None) -> float:
+        """Steady die temperature of the ready (idle, context alive) device at ``op`` (default:
+        the settings in force), °C: the fixed point θ = ambient + R·P_ready(θ), in closed form
+        (leakage, hence ready power, is linear in θ)."""
+        s = self.spec
+        op = op or self._op
+        f = op.sm_clock_mhz or s.sm_clock_max_mhz
+        fmem = op.mem_clock_mhz or s.mem_clocks_mhz[0]
+        p40 = self._static_w(f, fmem, 40.0)
+        slope = s.leak_w * self.voltage_v(f) * s.leak_temp_coeff      # dP_ready/dθ, W/°C
+        r = s.thermal_r_c_per_w
+        return (s.ambient_c + r * (p40 - 40.0 * slope)) / (1.0 - r * slope)
+
+    def seed_point(self, key: str) -> None:
+        """Make what follows a function of (``seed``, ``key``) and the settings in force alone.
+
+        The noise generator is reseeded from the seed and a SHA-256 of ``key``, and the
+        transient state that history would otherwise carry is put into the **null context**
+        the protocol assumes before a point: the device ready and idle (no work running, not
+        power-capped, no capped-clock wander) at the steady ready temperature of the settings
+        in force (:meth:`ready_temperature_c`), and the energy counter's tick phase restarted
+        (a new counter epoch: readings keep counting up, but their differences no longer
+        depend on the energy before it). Virtual time keeps running (it stays monotonic).
+        ``sweep`` calls this before each measured point and before each ready-power
+        calibration, so an interrupted-and-resumed sweep equals an uninterrupted one, bit
+        for bit.
+        """
+        self._rng = np.random.default_rng(stable_seed(self.seed, key))
+        self._set_idle()
+        self._wander = 0.0
+        self._last_clock = self._op.sm_clock_mhz or self.spec.sm_clock_max_mhz
+        self._temp = self.ready_temperature_c()
+        c = self._counter
+        # the new epoch's base: at least the last reading (monotonic), about the true total
+        base = max(c.base_j + c.value_j, _quantize(self._e_true, ENERGY_QUANTUM_J))
+        self._counter = _Counter(base_j=base, next_tick_s=self._t + self._tick_interval())
 
     def operating_set(self) -> OperatingSet:
         """SM clocks 345–1980 MHz in 15 MHz steps for both memory clocks, 200–700 W, 132 SMs."""
@@ -439,7 +523,8 @@ class SimulatedGPU(Device):
         return float(round(self._temp))
 
     def clocks_mhz(self) -> dict[str, float]:
-        """Current SM clock (the last kernel's, or the locked/max clock when ready) and memory clock."""
+        """Current SM clock (the running kernel's while work runs, else the locked/max clock)
+        and memory clock."""
         s = self.spec
         f = self._last_clock if self._busy else (self._op.sm_clock_mhz or s.sm_clock_max_mhz)
         step = s.sm_clock_step_mhz
@@ -447,7 +532,7 @@ class SimulatedGPU(Device):
                 "mem": float(self._op.mem_clock_mhz or s.mem_clocks_mhz[0])}
 
     def throttle_reasons(self) -> tuple[str, ...]:
-        """``SwPowerCap`` while the last work was power-capped; ``GpuIdle`` when ready."""
+        """``SwPowerCap`` while running work is power-capped; ``GpuIdle`` when no work runs."""
         reasons = []
         if not self._busy:
             reasons.append("GpuIdle")
@@ -459,23 +544,55 @@ class SimulatedGPU(Device):
 
     def run(self, work: Any, n: int = 1, sm_count: int | None = None) -> None:
         """Run ``work`` n times: a :class:`SimKernel`, a sequence of them (in order), or a
-        callable (called n times; it may drive this device itself)."""
+        callable (called n times; it may drive this device itself). Idle when it returns."""
+        self._run(work, n, sm_count, None)
+
+    def run_and_read(self, work: Any, n: int = 1, sm_count: int | None = None) -> Reading:
+        """Run ``work`` like :meth:`run` and return a :class:`Reading` taken halfway through
+        (after the chunk of work that passes half of the ``n`` invocations), while it runs.
+
+        The work, its noise draws and so its time and energy are exactly those of a plain
+        :meth:`run` (a read costs no virtual time). With ``n == 0`` nothing runs and the
+        reading is of the idle device."""
+        got: list[Reading] = []
+        self._run(work, n, sm_count, lambda: got.append(self.reading()))
+        return got[0] if got else self.reading()
+
+    @contextlib.contextmanager
+    def _working(self) -> Iterator[None]:
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            if self._depth == 0:
+                self._set_idle()    # like a real GPU after synchronize: nothing runs
+
+    def _run(self, work: Any, n: int, sm_count: int | None, on_half: Callable[[], None] | None) -> None:
         if n < 0:
             raise ValueError(f"n must be >= 0, got {n}")
-        if isinstance(work, SimKernel):
-            self._run_kernel(work, int(n), sm_count)
-        elif isinstance(work, Sequence) and all(isinstance(k, SimKernel) for k in work):
-            for _ in range(int(n)):
-                for k in work:
-                    self._run_kernel(k, 1, sm_count)
-        elif callable(work):
-            for _ in range(int(n)):
-                work()
-        else:
-            raise TypeError(f"cannot run {type(work).__name__} on {self.name}: "
-                            "give a SimKernel, a list of SimKernels or a callable")
+        n = int(n)
+        half = (n + 1) // 2        # read once this many invocations are done (at least one)
+        with self._working():
+            if isinstance(work, SimKernel):
+                self._run_kernel(work, n, sm_count, half=half, on_half=on_half)
+                return
+            if isinstance(work, Sequence) and all(isinstance(k, SimKernel) for k in work):
+                def once() -> None:
+                    for k in work:
+                        self._run_kernel(k, 1, sm_count)
+            elif callable(work):
+                once = work
+            else:
+                raise TypeError(f"cannot run {type(work).__name__} on {self.name}: "
+                                "give a SimKernel, a list of SimKernels or a callable")
+            for i in range(n):
+                once()
+                if on_half is not None and i + 1 == half:
+                    on_half()
 
-    def _run_kernel(self, k: SimKernel, n: int, sm_count: int | None, chunk_s: float = 0.05) -> None:
+    def _run_kernel(self, k: SimKernel, n: int, sm_count: int | None, chunk_s: float = 0.05,
+                    half: int = 0, on_half: Callable[[], None] | None = None) -> None:
         s = self.spec
         self._busy = True
         left = n
@@ -497,7 +614,10 @@ class SimulatedGPU(Device):
             self._last_capped = st.capped
             self._last_clock = st.sm_clock_mhz / scale if st.capped else st.sm_clock_mhz
             self._advance(dt, power)
+            done_before = n - left
             left -= m
+            if on_half is not None and done_before < half <= n - left:
+                on_half()
 
     def run_parallel(self, streams: Sequence[tuple[SimKernel, int, int | None]]) -> None:
         """Same-device parallel run of (kernel, n, sm_count) streams started together.
@@ -506,6 +626,10 @@ class SimulatedGPU(Device):
         no green context) are time-sliced on the SMs; partitioned streams (green contexts) run
         side by side. Board power (so the cap) and HBM bandwidth are always shared. Phases last
         until a stream finishes; the rest continue alone."""
+        with self._working():
+            self._run_parallel(streams)
+
+    def _run_parallel(self, streams: Sequence[tuple[SimKernel, int, int | None]]) -> None:
         s = self.spec
         left = {i: float(n) for i, (_, n, _) in enumerate(streams) if n > 0}
         self._busy = True
@@ -532,8 +656,11 @@ class SimulatedGPU(Device):
                     del left[i]
 
     def describe(self) -> dict[str, Any]:
-        """Metadata: always says simulated."""
-        return {"device": self.name, "simulated": True, "read_only": self.read_only, "seed_model": "physics"}
+        """Metadata: always says simulated; ``seed``, a stable synthetic ``uuid``
+        (``SIM-<spec name>``) and ``driver`` ``"simulator"`` identify it in results files."""
+        return {"device": self.name, "simulated": True, "read_only": self.read_only,
+                "seed_model": "physics", "seed": self.seed, "uuid": f"SIM-{self.spec.name}",
+                "driver": "simulator"}
 
 
 def with_spec(**changes: Any) -> SimSpec:

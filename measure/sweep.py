@@ -4,11 +4,18 @@ Order: for each operating point of the grid (SM clock varying fastest, as given 
 downwards), each implementation κ is measured. With ``early_stop_k`` the scan of falling SM
 clocks stops for a κ (and the other knobs) once its energy has risen k times in a row
 (Perseus: past that, lower clocks are Pareto-inefficient).
+
+Resume is faithful: the results file (:mod:`measure.results_log`) keeps each point losslessly,
+one sweep at a time writes it (a lock on ``<results>.lock``), a file from another GPU, seed,
+protocol or element is refused, and ``device.seed_point(key)`` before each measured point
+makes a simulated point depend on its key and the seed only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import socket
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -18,10 +25,10 @@ from typing import Any
 from frontier.operating_point import OperatingPoint
 from frontier.signature import Signature
 
-from .device import Device, DeviceError, restoring
+from .device import Device, restoring
 from .grid import Grid, parse_grid
 from .protocol import Protocol, measure_point, measure_ready_power_w
-from .results_log import ResultsLog, dev_key, point_key
+from .results_log import ResultsLog, dev_key, point_key, results_lock
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,14 @@ def sweep(device: Device, works: Mapping[str | None, Any], element: str,
 
     The grid is validated against the device (and its read-only guard) before anything
     changes; the device is restored afterwards on every exit path.
+
+    With ``results_path`` the sweep is the file's only writer (it holds ``<results>.lock``
+    throughout; a second process gets :class:`~measure.locks.LockedError` naming this one's
+    PID), refuses a file from another measurement (:class:`~measure.results_log.
+    ResultsMismatchError`) and resumes the points the file has. Before each measured point
+    (and each ready-power calibration) it calls ``device.seed_point(key)``, so on the
+    simulator a point depends only on its key and the seed: interrupted-and-resumed equals
+    uninterrupted, bit for bit.
     """
     g = parse_grid(grid)
     opset = device.operating_set()
@@ -88,14 +103,23 @@ def sweep(device: Device, works: Mapping[str | None, Any], element: str,
                          "power limits, whose ready power is calibrated per ω_dev")
     if early_stop_k is not None and early_stop_k < 1:
         raise ValueError(f"early_stop_k must be >= 1, got {early_stop_k}")
-    log = ResultsLog(results_path)
-    if log.header is not None:
-        was = (log.header.get("device") or {}).get("device")
-        if was != device.describe()["device"]:
-            raise DeviceError(f"{results_path}: these results were measured on {was!r}, not on "
-                              f"{device.describe()['device']!r}; use another results file")
-    log.write_header({"element": element, "device": device.describe(), "grid": g.to_dict(),
-                      "kappas": [k for k in works], "protocol": protocol.to_dict()})
+    lock = (results_lock(results_path, f"sweep of {element} on {device.name}")
+            if results_path is not None else contextlib.nullcontext())
+    with lock:
+        log = ResultsLog(results_path)
+        header = {"element": element, "kappas": list(works), "grid": g.to_dict(),
+                  "protocol": protocol.to_dict(), "device": device.describe(),
+                  "host": socket.gethostname()}
+        log.check_identity(header, Protocol().to_dict())
+        log.write_header(header)
+        return _sweep(device, works, element, g, protocol, log, progress, early_stop_k, theta,
+                      ready_power_w, results_path)
+
+
+def _sweep(device: Device, works: Mapping[str | None, Any], element: str, g: Grid,
+           protocol: Protocol, log: ResultsLog, progress: Callable[[Progress], None] | None,
+           early_stop_k: int | None, theta: str | None, ready_power_w: float | None,
+           results_path: str | None) -> SweepResult:
     points = g.points()
     total = len(points) * len(works)
     out: list[Signature] = []
@@ -123,14 +147,17 @@ def sweep(device: Device, works: Mapping[str | None, Any], element: str,
                         applied = op.dev
                     dk = dev_key(op)
                     if dk not in log.ready_w:
+                        if ready_power_w is None:
+                            device.seed_point(f"ready {dk}")
                         log.add_ready(op, ready_power_w if ready_power_w is not None
                                       else measure_ready_power_w(device, protocol))
+                    device.seed_point(k)
                     sig = measure_point(device, work, element, protocol, ready_w=log.ready_w[dk],
                                         sm_count=op.sm_count, omega=op,
                                         kappa=kappa if kappa is not None else _kappa_of(work),
                                         theta=theta or getattr(work, "theta", None),
                                         meta={"grid": g.label()})
-                    log.add_point(k, sig)
+                    sig = log.add_point(k, sig)
                     n_measured += 1
                 else:
                     n_resumed += 1

@@ -90,3 +90,38 @@ def test_relative_se_and_protocol_validation():
     with pytest.raises(ValueError, match="min_windows"):
         Protocol(min_windows=5, max_windows=2)
     assert NAIVE_5S.window_s == 5.0 and NAIVE_5S.cooldown_s == 5.0
+
+
+def test_windows_record_the_cap_seen_during_the_work():
+    from frontier.operating_point import OperatingPoint
+
+    gpu = SimulatedGPU(seed=8)
+    gpu.set_operating_point(OperatingPoint(power_limit_w=450))
+    k = preset("gemm_bf16_8192")
+    capped_clock = gpu.kernel_state(k).sm_clock_mhz
+    w = measure_window(gpu, k, 300, Protocol(), ready_w=gpu.static_power_w())
+    assert "SwPowerCap" in w.throttle_reasons and "GpuIdle" not in w.throttle_reasons
+    assert w.sm_clock_mhz < 1800 and abs(w.sm_clock_mhz - capped_clock) < 0.1 * capped_clock
+    # the same device read when idle (what a read after synchronize sees) shows no cap
+    assert gpu.reading().throttle_reasons == ("GpuIdle",) and gpu.reading().sm_clock_mhz == 1980
+    sig = measure_point(gpu, k, "g", Protocol(min_windows=2, max_windows=3))
+    assert sig.meta["throttle_reasons"] == ["SwPowerCap"]
+    assert all(c < 1800 for c in sig.meta["sm_clocks_seen_mhz"])
+    # an uncapped copy (it draws ~610 W): no SwPowerCap in any window
+    gpu.set_operating_point(OperatingPoint(power_limit_w=700))
+    copy = measure_point(gpu, preset("copy_2GiB"), "c", Protocol(min_windows=2, max_windows=3))
+    assert copy.meta["throttle_reasons"] == [] and set(copy.meta["sm_clocks_seen_mhz"]) == {1980.0}
+
+
+def test_measure_window_reads_through_run_and_read():
+    calls = []
+
+    class Spy(SimulatedGPU):
+        def run_and_read(self, work, n=1, sm_count=None):
+            calls.append(n)
+            return super().run_and_read(work, n, sm_count)
+
+    gpu = Spy(seed=1)
+    measure_window(gpu, preset("copy_2GiB"), 123, Protocol(), ready_w=120.0)
+    measure_window(gpu, preset("copy_2GiB"), 45, Protocol(window="naive"), ready_w=120.0)
+    assert calls == [123, 45]

@@ -167,3 +167,80 @@ def test_parallel_run_shares_power_and_finishes_both():
     e_par = gpu.true_energy_j() - e0
     assert t_par < 300 * (gpu.kernel_state(g).time_s + gpu.kernel_state(c).time_s)
     assert math.isfinite(e_par) and e_par > 0
+
+
+def test_state_is_reported_only_while_work_runs():
+    g = preset("gemm_bf16_8192")
+    gpu = SimulatedGPU(seed=1)
+    gpu.set_operating_point(OperatingPoint(power_limit_w=400))
+    r = gpu.run_and_read(g, 400)
+    assert "SwPowerCap" in r.throttle_reasons and "GpuIdle" not in r.throttle_reasons
+    capped = gpu.kernel_state(g).sm_clock_mhz
+    assert r.sm_clock_mhz < 1900 and abs(r.sm_clock_mhz - capped) < 0.1 * capped
+    # after the run the GPU is idle: no stale cap, the top clock
+    idle = gpu.reading()
+    assert idle.throttle_reasons == ("GpuIdle",) and idle.sm_clock_mhz == 1980.0
+    gpu.run(g, 100)
+    assert gpu.throttle_reasons() == ("GpuIdle",) and gpu.clocks_mhz()["sm"] == 1980.0
+    # locked clocks: the locked clock when idle, the capped one under load
+    gpu.set_operating_point(OperatingPoint(sm_clock_mhz=1500, power_limit_w=700))
+    assert gpu.reading().sm_clock_mhz == 1500.0
+    assert set(gpu.reading().throttle_reasons) == {"GpuIdle", "ApplicationsClocksSetting"}
+    # a copy is not capped: no SwPowerCap while it runs either
+    r = gpu.run_and_read(preset("copy_2GiB"), 200)
+    assert "SwPowerCap" not in r.throttle_reasons and r.sm_clock_mhz == 1500.0
+
+
+def test_run_and_read_reads_mid_run_without_changing_the_work():
+    g = preset("gemm_bf16_8192")
+    a, b = SimulatedGPU(seed=4), SimulatedGPU(seed=4)
+    t0 = b.time_s()
+    a.run(g, 777)
+    r = b.run_and_read(g, 777)
+    assert (a.time_s(), a.energy_j(), a.true_energy_j()) == (b.time_s(), b.energy_j(), b.true_energy_j())
+    assert t0 < r.time_s < b.time_s()       # taken during the run, about halfway
+    assert r.time_s - t0 == pytest.approx((b.time_s() - t0) / 2, rel=0.1)
+    # a callable that drives the device itself is read while it works too
+    c = SimulatedGPU(seed=4)
+    c.set_operating_point(OperatingPoint(power_limit_w=400))
+    r = c.run_and_read(lambda: c.run(g, 50), 6)
+    assert "SwPowerCap" in r.throttle_reasons and c.reading().throttle_reasons == ("GpuIdle",)
+    assert c.run_and_read(g, 0).throttle_reasons == ("GpuIdle",)
+
+
+def test_seed_point_makes_a_point_a_function_of_seed_and_key_alone():
+    g = preset("gemm_bf16_8192")
+
+    def point(gpu, key):
+        gpu.seed_point(key)
+        t0, e0, temp0 = gpu.time_s(), gpu.energy_j(), gpu.temperature_c()
+        gpu.run(g, 500)
+        return gpu.time_s() - t0, gpu.energy_j() - e0, temp0, gpu.temperature_c()
+
+    fresh = point(SimulatedGPU(seed=9), "k")
+    busy = SimulatedGPU(seed=9)
+    busy.run(preset("copy_2GiB"), 3000)      # a different history: hot, later, more energy
+    busy.idle(0.37)
+    assert busy.temperature_c() > fresh[2] + 5
+    assert point(busy, "k") == fresh        # exactly
+    assert point(SimulatedGPU(seed=9), "other") != fresh
+    assert point(SimulatedGPU(seed=10), "k") != fresh
+    # the null context: idle at the steady ready temperature of the settings in force
+    gpu = SimulatedGPU()
+    gpu.set_operating_point(OperatingPoint(sm_clock_mhz=1200))
+    gpu.run(g, 1000)
+    gpu.seed_point("x")
+    theta = gpu.ready_temperature_c()
+    s = gpu.spec
+    assert theta == pytest.approx(s.ambient_c + s.thermal_r_c_per_w * gpu.static_power_w(temperature_c=theta))
+    assert gpu._temp == theta and gpu.throttle_reasons() == ("GpuIdle", "ApplicationsClocksSetting")
+    # counter readings stay monotonic across a new epoch
+    e = gpu.energy_j()
+    gpu.seed_point("y")
+    assert gpu.energy_j() >= e
+
+
+def test_describe_identifies_the_simulator():
+    d = SimulatedGPU(seed=7).describe()
+    assert d["seed"] == 7 and d["uuid"] == "SIM-H200" and d["driver"] == "simulator"
+    assert d["simulated"] is True and d["device"] == "simulated H200"
