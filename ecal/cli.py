@@ -1,18 +1,29 @@
 """The ``ecal`` command line: thin argument parsing over the libraries.
 
 Exit codes scripts can rely on:
-  0  success
+  0  success; every output file was written (a reader that stops early, e.g. ``| head -1``,
+     changes neither the files nor the status)
   1  ``ecal check`` found a composite whose measurement deviates from its prediction (Eq. 23)
-  2  bad input: unreadable or malformed file, bad option, infeasible deadline, missing
-     permission or device — a one-line error on stderr, and no output file is written
-  130 interrupted (Ctrl-C); devices are restored first
+  2  bad input: unreadable or malformed file, bad or non-finite option value, unwritable output
+     path, infeasible deadline, missing permission or device — a one-line error on stderr
+     (argparse's own usage errors add a usage line); no output file is written and no earlier
+     file is changed
+  130 interrupted by Ctrl-C (SIGINT), SIGTERM or SIGHUP: ``ecal: interrupted (SIGTERM)`` on
+     stderr, after devices were restored and the solver stopped; no output file is written
+     or changed (a signal that arrives while files are renamed into place waits until all are)
+
+A signal ignored when ``ecal`` starts (``nohup``) stays ignored. SIGKILL cannot be caught: the
+device journal it leaves is undone by ``ecal restore``. Any other status (1 with a traceback)
+is a bug.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 EPILOG = """examples:
   ecal demo                                      # the whole job on the simulated H200 -> demo/
@@ -23,8 +34,10 @@ EPILOG = """examples:
   ecal plan ecal/examples/pipeline_4x8.csv --deadline 1.05x -o plan.json --plot plan.png
   ecal pareto ecal/examples/pipeline_4x8.csv --plot pareto.png
   ecal import nv-dvfs ../shared/data/nv-dvfs/v100-dvfs-real.csv -o v100.json
+  ecal restore                                   # after a killed run: put GPU settings back
 
-exit codes: 0 ok; 1 check flagged a deviation; 2 bad input (nothing written); 130 interrupted
+exit codes: 0 ok; 1 check flagged a deviation; 2 bad input (no file written or changed);
+  130 interrupted (Ctrl-C, SIGTERM, SIGHUP; no file written or changed)
 """
 
 
@@ -125,11 +138,91 @@ work: a simulated kernel preset name (see --list), or module:function for a real
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--deadline", default="1.05x", help="deadline (default 1.05x the fastest makespan)")
     _add_json(p)
+
+    p = sub.add_parser("restore", formatter_class=fmt,
+                       help="put back GPU settings a killed run left changed (reads the device journal)",
+                       epilog="examples:\n  ecal restore\n  ecal restore --device nvml:0 --json")
+    p.add_argument("--device", default=None,
+                   help="only this device, nvml:INDEX (default: every journaled device)")
+    _add_json(p)
     return ap
 
 
+class Interrupted(KeyboardInterrupt):
+    """A terminating signal (SIGTERM, SIGHUP) raised as an exception, so that every
+    ``finally`` (device restore, solver cleanup, temp files) runs before ``ecal`` exits 130."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+#: Signals that end ``ecal`` like Ctrl-C does (SIGINT keeps Python's KeyboardInterrupt).
+INTERRUPT_SIGNALS = ("SIGTERM", "SIGHUP")
+
+
+def _raise_interrupted(signum: int, frame: object) -> None:
+    raise Interrupted(signum)
+
+
+@contextmanager
+def interrupts_raise() -> Iterator[None]:
+    """Within the block, SIGTERM and SIGHUP raise :class:`Interrupted`; the previous handlers
+    are put back on exit. A signal found ignored (``nohup``) stays ignored; off the main
+    thread (where Python cannot install handlers) nothing changes."""
+    old: dict[int, object] = {}
+    try:
+        for name in INTERRUPT_SIGNALS:
+            sig = getattr(signal, name, None)
+            if sig is None:  # pragma: no cover - Windows has no SIGHUP
+                continue
+            prev = signal.getsignal(sig)
+            if prev == signal.SIG_IGN:
+                continue
+            try:
+                signal.signal(sig, _raise_interrupted)
+            except ValueError:   # not the main thread
+                continue
+            old[sig] = prev
+        yield
+    finally:
+        for sig, prev in old.items():
+            signal.signal(sig, signal.SIG_DFL if prev is None else prev)
+
+
+def _error_line(exc: BaseException) -> str:
+    """The one-line message for an error ``ecal`` reports with exit code 2."""
+    if isinstance(exc, FileNotFoundError) and exc.filename:
+        return f"{exc.filename}: no such file"
+    if isinstance(exc, OSError) and exc.filename and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}"
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``ecal`` console script; returns the exit code."""
+    """Entry point of the ``ecal`` console script; returns the exit code.
+
+    SIGTERM and SIGHUP are turned into :class:`Interrupted` for the whole run (installed
+    before any command starts, so handlers a command installs, e.g. the device restore, chain
+    to it) and the previous handlers are back when ``main`` returns."""
+    with interrupts_raise():
+        try:
+            return _run(argv)
+        except KeyboardInterrupt as exc:   # e.g. during argument parsing or imports
+            return _interrupted(exc)
+
+
+def _interrupted(exc: KeyboardInterrupt) -> int:
+    name = signal.Signals(exc.signum).name if isinstance(exc, Interrupted) else "SIGINT"
+    try:
+        print(f"ecal: interrupted ({name})", file=sys.stderr)
+    except OSError:
+        pass
+    return 130
+
+
+def _run(argv: Sequence[str] | None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
     if args.command is None:
@@ -138,22 +231,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     from frontier.errors import EnergyCalculusError
 
     from . import commands
+    from .output import silence
 
     handler = getattr(commands, "cmd_" + args.command.replace("-", "_"))
     try:
-        return int(handler(args) or 0)
+        commands.check_finite_floats(args)
+        code = int(handler(args) or 0)
+        sys.stdout.flush()
+        return code
     except BrokenPipeError:
-        # the reader (e.g. `| head`) went away: not an error of ours
-        sys.stderr.close()
+        # the reader (e.g. `| head`) went away: not an error of ours. Files were committed
+        # before anything was printed; only the rest of the output is dropped.
+        silence(sys.stdout)
+        try:
+            sys.stderr.flush()
+        except OSError:
+            silence(sys.stderr)
         return 0
-    except KeyboardInterrupt:
-        print("ecal: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        return _interrupted(exc)
     except (EnergyCalculusError, OSError, ValueError, KeyError) as exc:
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if isinstance(exc, FileNotFoundError):
-            msg = f"{exc.filename}: no such file"
-        print(f"ecal {args.command}: error: {msg}", file=sys.stderr)
+        print(f"ecal {args.command}: error: {_error_line(exc)}", file=sys.stderr)
         return 2
 
 

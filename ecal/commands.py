@@ -1,7 +1,8 @@
 """Command handlers of ``ecal``: each parses nothing, calls the libraries, prints, writes.
 
-Every handler stages its output files in :class:`~ecal.output.Outputs` and commits them only
-after all work succeeded, so a failing command leaves no partial file.
+Every handler checks its output paths before any work (:func:`check_outputs`), stages its
+files in :class:`~ecal.output.Outputs` and commits them only after all work succeeded — all or
+none, never touching an earlier file on failure — and only then prints.
 """
 
 from __future__ import annotations
@@ -16,7 +17,16 @@ from typing import Any
 
 from frontier.errors import EnergyCalculusError
 
-from .output import Outputs, dump_json
+from .output import (
+    Outputs,
+    check_distinct,
+    check_image_path,
+    check_output_dir,
+    check_output_path,
+    dump_json,
+    json_text,
+    survive_broken_pipe,
+)
 
 
 class UsageError(EnergyCalculusError):
@@ -25,15 +35,36 @@ class UsageError(EnergyCalculusError):
 
 def _finish(args: argparse.Namespace, out: Outputs, doc: Callable[[], Any],
             text: Callable[[], str]) -> int:
-    """Print the result (``doc()`` as JSON with ``--json``, else ``text()``), then write the
-    staged files — only after everything succeeded — and say where they went (stderr)."""
-    if args.json:
-        dump_json(doc())
-    else:
-        print(text())
+    """Write the staged files (all or none), say where they went (stderr), then print the
+    result (``doc()`` as JSON with ``--json``, else ``text()``).
+
+    Files come first, so a reader that goes away early (``| head -1``) never costs a file."""
+    shown = json_text(doc()) if args.json else text()
     for p in out.commit():
         print(f"wrote {p}", file=sys.stderr)
+    print(shown)
+    sys.stdout.flush()    # a broken pipe surfaces here, after the files are safe
     return 0
+
+
+def check_outputs(args: argparse.Namespace, *options: str) -> None:
+    """Check the output paths given for ``options`` (e.g. ``"--plot"``) before any work."""
+    given = {}
+    for opt in options:
+        dest = "output" if opt == "-o" else opt.lstrip("-").replace("-", "_")
+        path = getattr(args, dest, None)
+        if path is not None:
+            (check_image_path if opt == "--plot" else check_output_path)(path, opt)
+            given[opt] = path
+    check_distinct(given)
+
+
+def check_finite_floats(args: argparse.Namespace) -> None:
+    """Every float option must be a finite number: ``--transition-time-s nan`` is an error,
+    not a value every comparison silently ignores."""
+    for dest, value in vars(args).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise UsageError(f"--{dest.replace('_', '-')} must be a finite number, got {value}")
 
 
 def element_of(key: str) -> str:
@@ -90,6 +121,7 @@ def cmd_frontier(args: argparse.Namespace) -> int:
     from frontier.io import load_signatures
     from frontier.pareto import pareto_frontier
 
+    check_outputs(args, "-o", "--plot")
     sigs = load_signatures(args.file)
     groups: dict[str, list] = defaultdict(list)
     for key, sig in sigs.items():
@@ -129,14 +161,18 @@ def cmd_characterize(args: argparse.Namespace) -> int:
             k = measure.PRESETS[name]
             print(f"{name:<28} {getattr(k, 'theta', '') or ''}")
         return 0
+    check_outputs(args, "-o", "--plot")
+    if not args.target_rse > 0:
+        raise UsageError(f"--target-rse must be > 0, got {args.target_rse:g}")
     device = measure.open_device(args.device, read_only=args.read_only, seed=args.seed)
     work = measure.resolve_work(args.work, device)
     grid = args.grid
     if grid is None:
         grid = "sm_count=132:4:-16" if args.read_only else DEFAULT_GRID
+    progress = None if args.json else survive_broken_pipe(measure.print_progress)
     res = measure.characterize(work, device=device, grid=grid, results_path=args.results,
                                protocol=measure.Protocol(target_rse=args.target_rse),
-                               progress=None if args.json else measure.print_progress)
+                               progress=progress)
     where = "simulated H200" if res.simulated else str(res.meta.get("device", args.device))
     out = Outputs()
     if args.output:
@@ -162,6 +198,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     loaders = {"h200": replay.load_h200, "nv-dvfs": replay.load_nvdvfs,
                "zeus-trace": replay.load_zeus_trace, "zeus-log": replay.load_zeus_profile,
                "perseus": replay.load_perseus}
+    check_outputs(args, "-o")
     if not Path(args.path).exists():
         raise FileNotFoundError(2, "no such file", args.path)
     groups = loaders[args.kind](args.path)
@@ -189,10 +226,15 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """``ecal demo``: characterize, compose and plan a 1F1B step on the simulated H200."""
-    from .demo import DemoConfig, report, run_demo, write_demo
+    from .demo import OUTPUT_FILES, DemoConfig, report, run_demo, write_demo
 
+    check_output_dir(args.out, "--out")
+    for name in OUTPUT_FILES:
+        check_output_path(Path(args.out) / name, f"--out {args.out}:")
+    _parse_deadline(args.deadline)
     cfg = DemoConfig(deadline=args.deadline, seed=args.seed)
-    say = None if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    say = None if args.json else survive_broken_pipe(
+        lambda msg: print(msg, file=sys.stderr, flush=True))
     r = run_demo(cfg, progress=say)
     written = write_demo(r, args.out)
     if args.json:
@@ -217,6 +259,8 @@ def _load_workload(args: argparse.Namespace):
     trans = None
     if args.transition_time_s < 0 or args.transition_energy_j < 0:
         raise UsageError("--transition-time-s and --transition-energy-j must be >= 0")
+    if args.p2p_power_w < 0:
+        raise UsageError(f"--p2p-power-w must be >= 0, got {args.p2p_power_w:g}")
     if args.transition_time_s > 0 or args.transition_energy_j > 0:
         trans = ConstantTransition(args.transition_time_s, args.transition_energy_j)
     if args.workload.lower().endswith(".csv"):
@@ -251,9 +295,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     """``ecal plan WORKLOAD --deadline 1.05x``: the minimum-energy plan and its certificate."""
     from solvers.solve import solve
 
-    problem = _load_workload(args)
+    check_outputs(args, "-o", "--schedule", "--plot")
     deadline = _parse_deadline(args.deadline)
     _check_time_limit(args)
+    problem = _load_workload(args)
     if problem.n_tasks > 500 and not args.json:
         # the fast method may spend seconds improving a large plan: say so before going quiet
         how = ""
@@ -282,8 +327,9 @@ def cmd_pareto(args: argparse.Namespace) -> int:
     """``ecal pareto WORKLOAD``: the energy-vs-deadline curve with a plan and gap per point."""
     from solvers.solve import pareto
 
-    problem = _load_workload(args)
+    check_outputs(args, "-o", "--plot")
     _check_time_limit(args)
+    problem = _load_workload(args)
     kw = {} if args.points is None else {"n_points": args.points}
     if args.points is not None and args.points < 2:
         raise UsageError(f"--points must be >= 2, got {args.points}")
@@ -296,3 +342,12 @@ def cmd_pareto(args: argparse.Namespace) -> int:
 
         out.custom(args.plot, lambda tmp: plot_pareto(curve, tmp))
     return _finish(args, out, curve.to_dict, curve.summary)
+
+
+# -- restore -----------------------------------------------------------------------------------
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    """``ecal restore``: put back GPU settings a killed run left changed (see ecal/recovery.py)."""
+    from .recovery import cmd_restore as run
+
+    return int(run(args) or 0)

@@ -242,6 +242,11 @@ def report(r: DemoResult) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: The files :func:`write_demo` writes into the output folder (checked before any work).
+OUTPUT_FILES = ("plan.json", "schedule.json", "pareto.json", "signatures.json", "report.txt",
+                "frontiers.png", "timeline.png", "pareto.png")
+
+
 def write_demo(r: DemoResult, out_dir: str | Path) -> list[Path]:
     """Write plan.json, schedule.json, signatures.json, report.txt and the three plots."""
     from frontier.io import save_signatures

@@ -1,32 +1,211 @@
-"""Output helpers for the CLI: staged, atomic writes (no partial files on error) and tables."""
+"""Output helpers for the CLI: output-path checks, all-or-nothing file commits, JSON printing.
+
+The contract of :class:`Outputs` (what ``ecal`` promises about the files a user names):
+
+* Paths are checked before any work starts (:func:`check_output_path`): a bad path is a
+  one-line error naming the user's path and the real cause.
+* :meth:`Outputs.commit` first produces *every* file into a temp file next to its target
+  (same folder, fsynced). Only when all are ready are they renamed into place. If producing
+  any fails, only the temps are removed: a file that existed before is never deleted or altered.
+* The renames run with SIGINT/SIGTERM/SIGHUP blocked, and each replaced file is kept as a hard
+  link until every rename succeeded; should a rename fail anyway (practically impossible
+  within one folder), the renamed files are put back from those links, so the commit is all
+  or nothing. Where the file system has no hard links, a failure between renames leaves the
+  files renamed so far in place (new content) and the rest untouched; it is reported as an
+  error naming the file that failed. Only SIGKILL or a crash between the steps can leave a
+  ``.NAME.tmp.*`` or ``.NAME.bak.*`` file behind.
+"""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import signal
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from frontier.io import atomic_write
+from frontier.errors import EnergyCalculusError
+from frontier.io import file_mode
+
+#: Signals held back while files are renamed into place (delivered right after).
+_COMMIT_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP")
+                        if hasattr(signal, n))
+
+
+class OutputPathError(EnergyCalculusError):
+    """An output path that cannot be written (reported as a one-line error, exit code 2)."""
+
+
+# -- checks before any work ------------------------------------------------------------------
+
+def _cause(exc: OSError, folder: Path) -> str:
+    """The real reason a folder refused a new file, in words."""
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return f"permission denied in {folder}"
+    if exc.errno == errno.EROFS:
+        return f"{folder} is on a read-only file system"
+    if exc.errno == errno.ENOENT:
+        # the folder exists (we checked) but refuses new entries, e.g. /proc
+        return f"{folder} does not accept new files"
+    if exc.errno == errno.ENOSPC:
+        return f"no space left in {folder}"
+    return f"{folder}: {exc.strerror or exc}"
+
+
+def _probe_folder(folder: Path) -> OSError | None:
+    """Try to create (and remove) a file in ``folder``; the error, or None if it can."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".ecal-probe.", dir=folder)
+    except OSError as exc:
+        return exc
+    os.close(fd)
+    os.unlink(tmp)
+    return None
+
+
+def _check_folder(folder: Path, where: str) -> None:
+    """``folder`` exists as a writable folder, or can be created under its nearest existing
+    ancestor; otherwise :class:`OutputPathError` starting with ``where``."""
+    while not folder.exists():
+        if folder.is_symlink():
+            raise OutputPathError(f"{where}: {folder} is a broken link")
+        folder = folder.parent
+    if not folder.is_dir():
+        raise OutputPathError(f"{where}: {folder} is not a folder")
+    err = _probe_folder(folder)
+    if err is not None:
+        raise OutputPathError(f"{where}: {_cause(err, folder)}")
+
+
+def check_output_path(path: str | os.PathLike, option: str = "output") -> Path:
+    """Check before any work that ``path`` can be written as an output file.
+
+    Its folder must exist or be creatable (the nearest existing ancestor is a writable folder)
+    and the path must not be a folder. Raises :class:`OutputPathError` naming ``option`` and the
+    user's path with the real cause; leaves nothing behind (a probe file is created and removed).
+    """
+    p = Path(path)
+    where = f"cannot write {option} {os.fspath(path)}"
+    if os.fspath(path) == "" or p.name in ("", ".", ".."):
+        raise OutputPathError(f"{where}: not a file name")
+    if p.is_dir():
+        raise OutputPathError(f"{where}: is a folder")
+    _check_folder(p.parent, where)
+    return p
+
+
+def check_output_dir(path: str | os.PathLike, option: str = "--out") -> Path:
+    """Check before any work that ``path`` is (or can be created as) a writable folder."""
+    p = Path(path)
+    where = f"cannot write {option} {os.fspath(path)}"
+    if os.path.lexists(p) and not p.is_dir():
+        raise OutputPathError(f"{where}: exists and is not a folder")
+    _check_folder(p, where)
+    return p
+
+
+def check_image_path(path: str | os.PathLike, option: str = "--plot") -> Path:
+    """:func:`check_output_path`, and the suffix must name an image format matplotlib writes
+    (checked now, not after the work, e.g. ``--plot out.xyz``)."""
+    p = check_output_path(path, option)
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    fmt = p.suffix.lstrip(".").lower() or "png"
+    if fmt not in formats:
+        raise OutputPathError(f"cannot write {option} {os.fspath(path)}: unknown image format "
+                              f"{p.suffix!r} (use .png, .pdf or .svg)")
+    return p
+
+
+def check_distinct(paths: dict[str, str | os.PathLike | None]) -> None:
+    """Two options may not name the same output file (one would silently replace the other)."""
+    seen: dict[str, str] = {}
+    for option, path in paths.items():
+        if path is None:
+            continue
+        key = os.path.realpath(path)
+        if key in seen:
+            raise OutputPathError(f"{seen[key]} and {option} both name {os.fspath(path)}")
+        seen[key] = option
+
+
+# -- all-or-nothing commits ------------------------------------------------------------------
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM/SIGHUP back (POSIX) so a rename batch is not cut in the middle."""
+    if not hasattr(signal, "pthread_sigmask"):  # pragma: no cover - Windows
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _COMMIT_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _fsync_file(path: str) -> None:
+    with open(path, "rb") as fh:
+        os.fsync(fh.fileno())
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make renames in ``folder`` durable (best effort: not every system can open a folder)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _mkdirs(folder: Path, made: list[Path]) -> None:
+    """Create ``folder`` and its missing parents, recording each one made (outermost first)."""
+    missing = []
+    f = folder
+    while not f.exists():
+        missing.append(f)
+        f = f.parent
+    for d in reversed(missing):
+        d.mkdir()
+        made.append(d)
+
+
+def _user_error(exc: BaseException, tmp: str, path: Path) -> BaseException:
+    """``exc`` from producing ``tmp``, restated about the user's ``path`` (never the temp)."""
+    if isinstance(exc, OSError):
+        return OSError(exc.errno, exc.strerror or str(exc), os.fspath(path))
+    text = str(exc).replace(tmp, os.fspath(path)) if tmp else str(exc)
+    msg = text.strip().splitlines()
+    return OutputPathError(f"cannot write {path}: {msg[0] if msg else type(exc).__name__}")
 
 
 class Outputs:
-    """Collects a command's output files and writes them only when the command has succeeded.
+    """Collects a command's output files and writes them all, or none, when it has succeeded.
 
-    Each file is written to a temporary name and renamed into place; if any write fails, the
-    files already written by this commit are removed, so a failed command leaves nothing.
+    See the module docstring for the contract: an existing file is replaced only when every
+    staged file is ready, and is never deleted or altered by a failed commit.
     """
 
     def __init__(self) -> None:
         self._pending: list[tuple[Path, Callable[[str], None]]] = []
 
-    def json(self, path: str | Path, obj: Any) -> None:
+    def json(self, path: str | os.PathLike, obj: Any) -> None:
         """Stage a JSON document."""
         text = json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n"
         self.text(path, text)
 
-    def text(self, path: str | Path, text: str) -> None:
+    def text(self, path: str | os.PathLike, text: str) -> None:
         """Stage a text file."""
 
         def write(tmp: str) -> None:
@@ -35,11 +214,11 @@ class Outputs:
 
         self._pending.append((Path(path), write))
 
-    def custom(self, path: str | Path, write: Callable[[str], None]) -> None:
+    def custom(self, path: str | os.PathLike, write: Callable[[str], None]) -> None:
         """Stage a file produced by ``write(tmp_path)`` (e.g. a library's own saver)."""
         self._pending.append((Path(path), write))
 
-    def figure(self, path: str | Path, fig: Any) -> None:
+    def figure(self, path: str | os.PathLike, fig: Any) -> None:
         """Stage a matplotlib figure (format from the file suffix)."""
         fmt = Path(path).suffix.lstrip(".") or "png"
 
@@ -48,19 +227,103 @@ class Outputs:
 
         self._pending.append((Path(path), write))
 
+    @property
+    def paths(self) -> list[Path]:
+        """The staged target paths, in staging order."""
+        return [p for p, _ in self._pending]
+
     def commit(self) -> list[Path]:
-        """Write every staged file atomically; on failure remove what this commit wrote."""
-        done: list[Path] = []
+        """Produce every staged file into a temp file, then rename them all into place.
+
+        On any failure before the renames, only the temps (and folders this commit created)
+        are removed and the error names the user's path. Returns the paths written.
+        """
+        made: list[Path] = []
+        temps: list[tuple[Path, str]] = []
         try:
             for path, write in self._pending:
-                atomic_write(path, write)
-                done.append(path)
+                tmp = ""
+                try:
+                    _mkdirs(path.parent, made)
+                    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp.", suffix=path.suffix,
+                                               dir=path.parent)
+                    os.close(fd)
+                    temps.append((path, tmp))
+                    os.chmod(tmp, file_mode())   # mkstemp makes 0600; give the usual permissions
+                    write(tmp)
+                    _fsync_file(tmp)
+                except (OSError, ValueError, EnergyCalculusError) as exc:
+                    # errors name the temp file: restate them about the user's path (other
+                    # exceptions are bugs and propagate as they are; temps are removed either way)
+                    raise _user_error(exc, tmp, path) from exc
+            with _signals_held():
+                _rename_all(temps)
         except BaseException:
-            for p in done:
-                p.unlink(missing_ok=True)
+            for _, tmp in temps:
+                _remove(tmp)
+            for d in reversed(made):
+                try:
+                    d.rmdir()
+                except OSError:
+                    pass
             raise
+        for folder in {p.parent for p, _ in temps}:
+            _fsync_dir(folder)
         self._pending.clear()
-        return done
+        return [p for p, _ in temps]
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _backup(path: Path) -> str | None:
+    """A hard link to the file at ``path`` (kept until every rename succeeded), or None when
+    there is no file there or the file system cannot link."""
+    if not os.path.lexists(path):
+        return None
+    for _ in range(100):
+        bak = os.path.join(path.parent, f".{path.name}.bak.{os.urandom(4).hex()}")
+        try:
+            os.link(path, bak, follow_symlinks=False)
+            return bak
+        except FileExistsError:
+            continue
+        except OSError:
+            return None
+    return None  # pragma: no cover
+
+
+def _rename_all(temps: list[tuple[Path, str]]) -> None:
+    """Rename each temp onto its target; on a failure put the replaced files back."""
+    done: list[tuple[Path, str | None, bool]] = []   # (target, backup, existed before)
+    backups: list[str] = []
+    try:
+        for path, tmp in temps:
+            existed = os.path.lexists(path)
+            bak = _backup(path)
+            if bak is not None:
+                backups.append(bak)
+            try:
+                os.replace(tmp, path)
+            except OSError as exc:
+                raise OSError(exc.errno, exc.strerror or str(exc), os.fspath(path)) from exc
+            done.append((path, bak, existed))
+    except BaseException:
+        for path, bak, existed in reversed(done):
+            if bak is not None:
+                os.replace(bak, path)
+            elif not existed:
+                _remove(os.fspath(path))
+            # else: replaced without a backup (no hard links here): the new file stays
+        for bak in backups:
+            _remove(bak)
+        raise
+    for bak in backups:
+        _remove(bak)
 
 
 def _json_default(o: Any) -> Any:
@@ -82,7 +345,38 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
 
 
-def dump_json(obj: Any, file=sys.stdout) -> None:
-    """Print machine-readable output."""
-    json.dump(obj, file, indent=2, default=_json_default)
-    file.write("\n")
+def silence(stream: Any) -> None:
+    """Point ``stream``'s file descriptor at /dev/null, so that later writes and Python's
+    flush at exit cannot fail again on a pipe whose reader went away."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(fd, stream.fileno())
+        finally:
+            os.close(fd)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def survive_broken_pipe(progress: Callable[..., None]) -> Callable[..., None]:
+    """``progress`` that, once stderr's reader is gone (``2>&1 | head``), says nothing more
+    instead of aborting the work (whose files the user still wants)."""
+
+    def call(*args: Any) -> None:
+        try:
+            progress(*args)
+        except BrokenPipeError:
+            silence(sys.stderr)
+
+    return call
+
+
+def json_text(obj: Any) -> str:
+    """``obj`` as the indented JSON the CLI prints (numpy values, sets, paths converted)."""
+    return json.dumps(obj, indent=2, default=_json_default)
+
+
+def dump_json(obj: Any, file=None) -> None:
+    """Print machine-readable output (to ``sys.stdout`` at call time by default)."""
+    file = sys.stdout if file is None else file
+    file.write(json_text(obj) + "\n")

@@ -14,12 +14,23 @@ fixed out; without switches, options dominated in (T, effective energy) are drop
 Solvers: HiGHS (``highspy``) when importable, else CBC (bundled with PuLP 3, ``pulp[cbc]`` in
 PuLP 4), found with ``pulp.listSolvers(onlyAvailable=True)``. The status is read from
 ``sol_status``: a time limit with an incumbent is *not* optimal.
+
+A command-line solver (CBC) runs as a child process on files PuLP writes (``*-pulp.mps``,
+``.sol``, ...). :func:`solver_sandbox` gives each solve a private temp folder, removed
+afterwards whatever happens, and on an interrupt or error kills the solver process still
+working in it (found through ``/proc`` on Linux; elsewhere only the folder is removed).
 """
 
 from __future__ import annotations
 
 import math
+import os
+import shutil
+import signal
+import tempfile
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,6 +86,59 @@ def make_solver(name: str | None = None, time_limit_s: float | None = None, gap_
         # PuLP 3.3 warns that PULP_CBC_CMD goes away in PuLP 4; we already detect what exists.
         warnings.simplefilter("ignore", DeprecationWarning)
         return pulp.getSolver(name, **kw)
+
+
+def _children_using(folder: str) -> list[int]:
+    """PIDs of this process's children whose command line names ``folder`` (Linux /proc)."""
+    me, out = os.getpid(), []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return out
+    for d in entries:
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat", "rb") as fh:
+                ppid = int(fh.read().rsplit(b")", 1)[1].split()[1])
+            if ppid != me:
+                continue
+            with open(f"/proc/{d}/cmdline", "rb") as fh:
+                if folder.encode() in fh.read():
+                    out.append(int(d))
+        except (OSError, ValueError, IndexError):
+            continue    # the process ended meanwhile
+    return out
+
+
+def _kill_children_using(folder: str) -> None:
+    """Kill and reap the solver processes still working in ``folder``."""
+    for pid in _children_using(folder):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+
+
+@contextmanager
+def solver_sandbox(slv) -> Iterator[None]:
+    """Run a PuLP command-line solver in a private temp folder: on any exception (Ctrl-C and
+    SIGTERM included) kill its child process, and always remove the folder and its files."""
+    if not hasattr(slv, "tmpDir"):      # in-process solvers (highspy) write no files
+        yield
+        return
+    folder = tempfile.mkdtemp(prefix="ecal-solver-")
+    old_dir, old_keep = slv.tmpDir, getattr(slv, "keepFiles", False)
+    slv.tmpDir, slv.keepFiles = folder, False
+    try:
+        yield
+    except BaseException:
+        _kill_children_using(folder)
+        raise
+    finally:
+        slv.tmpDir, slv.keepFiles = old_dir, old_keep
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _var(prob, name: str, low: float | None, up: float | None, cat: str):
@@ -262,7 +326,7 @@ def solve_ilp(p: Problem, deadline_s: float, time_limit_s: float | None = 60.0, 
             M.setInitialValue(float(mk))
             use_warm = True
     slv = make_solver(solver, time_limit_s, gap_rel, warm_start=use_warm)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), solver_sandbox(slv):
         warnings.simplefilter("ignore", DeprecationWarning)
         ret = prob.solve(slv)
     st = read_status(prob, ret)
