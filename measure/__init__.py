@@ -16,6 +16,8 @@
 * :class:`Protocol`, :func:`measure_point` — warm-up, null context, tick-aligned windows,
   repetitions to a target relative standard error.
 * :func:`characterize` / :func:`sweep` over ω × κ grids (:func:`parse_grid`), resumable.
+* :func:`run_plan` — execute a plan on simulated GPUs (co-runs, switch latencies, tick-aligned
+  step windows), Eq. 23 per device and step; :func:`run_with_baselines` — measured savings.
 * :class:`PlanApplier` — apply per-element operating points around their execution;
   :func:`measure_transitions` — settle-time probe → a measured ``TransitionTable``.
 * :func:`open_device` — ``"sim"``, ``"sim:h200"``, ``"nvml:0"``; :func:`resolve_work` — a
@@ -45,6 +47,19 @@ from .device import (
     UnsupportedSettingError,
     restoring,
 )
+from .execute import (
+    ExecutionError,
+    ExecutionResult,
+    PlanComparison,
+    Savings,
+    TaskRun,
+    TaskWork,
+    pipeline_work,
+    predict_devices,
+    run_plan,
+    run_with_baselines,
+    savings,
+)
 from .factory import open_device, resolve_work
 from .grid import Grid, GridError, parse_grid
 from .locks import LockedError
@@ -72,5 +87,7 @@ __all__ = [
     "Grid", "GridError", "parse_grid", "sweep", "SweepResult", "Progress", "print_progress",
     "characterize", "CharacterizationResult", "PlanApplier", "open_device", "resolve_work",
     "measure_transitions", "settle_time_s", "ResultsMismatchError",
+    "run_plan", "run_with_baselines", "savings", "pipeline_work", "predict_devices", "TaskWork",
+    "TaskRun", "ExecutionResult", "PlanComparison", "Savings", "ExecutionError",
     "ReplayDevice", "load_h200", "load_zeus_trace", "load_zeus_profile", "load_nvdvfs", "load_perseus",
 ]
