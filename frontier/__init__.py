@@ -6,6 +6,7 @@ from .compose import clark_max, idle, par, par_multi, repeat, seq
 from .dag import DagSchedule, TransitionUse, dag, dag_schedule
 from .deviation import DeviationResult, LocalizationResult, critical_value, deviation, prefix_scan
 from .errors import CompositionError, EnergyCalculusError, FormatError, InvalidSignatureError
+from .interaction import InteractionTable, compose_pair, par_with, record_of
 from .io import (
     CompositionEntry,
     Workbook,
@@ -53,3 +54,6 @@ __all__ += [
     "Workbook", "CompositionEntry", "load_workbook", "parse_workbook", "load_signatures",
     "save_signatures", "read_json", "write_json_atomic",
 ]
+
+# Co-running pairs measured jointly (Reduction Theorem): use them where measured, par() elsewhere.
+__all__ += ["InteractionTable", "compose_pair", "par_with", "record_of"]
