@@ -7,11 +7,11 @@ spread. Used by the tests and for the README's calibration table.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .protocol import Protocol, measure_point, measure_ready_power_w
-from .sim import PRESETS, SimulatedGPU
+from .sim import H200, PRESETS, SimSpec, SimulatedGPU
 
 
 def _kernel_for(el: Mapping[str, Any]) -> tuple[Any, int | None]:
@@ -64,4 +64,150 @@ def calibration_table(rows: list[dict[str, Any]]) -> str:
         out.append(f"| {r['element']} | {r['sim_time_s'] * 1e3:.4g} | {r['h200_time_s'] * 1e3:.4g} | "
                    f"{r['time_err_pct']:+.1f} | {r['sim_energy_j']:.4g} | {r['h200_energy_j']:.4g} ± "
                    f"{r['h200_energy_sd_j']:.2g} | {r['energy_err_pct']:+.1f} |")
+    return "\n".join(out)
+
+
+# -- composites: the co-run model against the real H200 composites ----------------------------
+
+#: The four H200 composites of ``data/h200/measurements.json`` (``compositions``): name, whether
+#: the parts run in parallel (two streams started together) or in sequence (one stream), and
+#: element → invocation count. Copied here so the simulator side runs without ``../shared``.
+COMPOSITES: tuple[tuple[str, bool, tuple[tuple[str, int], ...]], ...] = (
+    ("par_gemm8192_copy", True, (("gemm_bf16_8192", 371), ("copy_2GiB", 597))),
+    ("par_gemm8192_axpy_sm4", True, (("gemm_bf16_8192", 371), ("axpy_triton_sm4", 29))),
+    ("seq_gemm8192_copy", False, (("gemm_bf16_8192", 245), ("copy_2GiB", 245))),
+    ("seq_gemm8192_axpy_sm4", False, (("gemm_bf16_8192", 27), ("axpy_triton_sm4", 27))),
+)
+
+
+def composite_work(gpu: SimulatedGPU, parallel: bool,
+                   parts: tuple[tuple[str, int], ...]) -> Callable[[], None]:
+    """One invocation of a composite on ``gpu``: the parts as streams started together
+    (:meth:`~measure.sim.SimulatedGPU.run_parallel`, no SM partition, like two CUDA streams), or
+    in sequence on one stream (each element once per round, as many rounds as the counts)."""
+    kernels = [(PRESETS[name], int(n)) for name, n in parts]
+    if parallel:
+        streams = [(k, n, None) for k, n in kernels]
+        return lambda: gpu.run_parallel(streams)
+    rounds = {n for _, n in kernels}
+    if len(rounds) != 1:
+        raise ValueError(f"a sequential composite needs equal counts per element, got {parts}")
+    seq_kernels = [k for k, _ in kernels]
+    n_rounds = rounds.pop()
+    return lambda: gpu.run(seq_kernels, n_rounds)
+
+
+def simulate_composites(seed: int = 0, protocol: Protocol | None = None,
+                        spec: SimSpec = H200, only: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """Measure the :data:`COMPOSITES` and their elements on a simulated H200 with the
+    project's protocol, each point from the null context (``seed_point``). ``spec``: the
+    simulated device (default: the calibrated H200); ``only``: measure just these composites.
+
+    Returns ``{"ready_w", "elements": name → Signature, "composites": name → {"measured":
+    Signature, "predicted": Signature (⊕ or ⊗ of the elements alone), "throttle_reasons",
+    "sm_clocks_seen_mhz"}}``."""
+    from frontier.compose import par, seq
+
+    proto = protocol or Protocol()
+    gpu = SimulatedGPU(seed=seed, spec=spec)
+    gpu.seed_point("ready")
+    ready = measure_ready_power_w(gpu, proto)
+    chosen = [c for c in COMPOSITES if only is None or c[0] in only]
+    names = sorted({n for _, _, parts in chosen for n, _ in parts})
+    elems = {}
+    for n in names:
+        gpu.seed_point(n)
+        elems[n] = measure_point(gpu, PRESETS[n], n, proto, ready_w=ready)
+    comps: dict[str, Any] = {}
+    for name, parallel, parts in chosen:
+        gpu.seed_point(name)
+        sig = measure_point(gpu, composite_work(gpu, parallel, parts), name, proto, ready_w=ready)
+        chains = [seq([elems[n]] * k, name=f"{n}x{k}") for n, k in parts]
+        pred = par(chains, name=name) if parallel else seq(chains, name=name)
+        comps[name] = {"measured": sig, "predicted": pred,
+                       "throttle_reasons": list(sig.meta.get("throttle_reasons", [])),
+                       "sm_clocks_seen_mhz": list(sig.meta.get("sm_clocks_seen_mhz", []))}
+    return {"ready_w": ready, "elements": elems, "composites": comps}
+
+
+def _dev_pct(measured: float, predicted: float) -> float:
+    return 100.0 * (measured / predicted - 1.0)
+
+
+def compare_composites_to_h200(data: Mapping[str, Any] | None = None, seed: int = 0,
+                               size_factor: float = 1.5) -> list[dict[str, Any]]:
+    """One row per composite: real measured T and E, the real ⊕/⊗ prediction from the real
+    elements, the simulator's measured T and E, its prediction from its own elements, both
+    deviations (%), and whether the simulator agrees in **direction** (same sign) and **size**
+    (deviations within a factor ``size_factor`` of each other; deviations under 2 % on both
+    sides count as agreeing, since that is the real windows' spread)."""
+    from frontier.h200 import (
+        element_signatures,
+        load_measurements,
+        measured_signature,
+        predict_composition,
+        static_power_w,
+    )
+
+    if data is None:
+        data = load_measurements()
+    s = static_power_w(data)
+    real_sigs = element_signatures(data)
+    real = {c["name"]: c for c in data["compositions"]}
+    sim = simulate_composites(seed)
+    rows = []
+    for name, _parallel, _parts in COMPOSITES:
+        comp = real[name]
+        r_meas = measured_signature(comp, s)
+        r_pred = predict_composition(data, comp, real_sigs)
+        sm = sim["composites"][name]
+        row: dict[str, Any] = {
+            "composite": name, "rule": "⊕" if _parallel else "⊗",
+            "real_time_s": r_meas.time_s, "real_energy_j": r_meas.energy_j,
+            "real_pred_time_s": r_pred.time_s, "real_pred_energy_j": r_pred.energy_j,
+            "sim_time_s": sm["measured"].time_s, "sim_energy_j": sm["measured"].energy_j,
+            "sim_pred_time_s": sm["predicted"].time_s, "sim_pred_energy_j": sm["predicted"].energy_j,
+            "sim_throttle_reasons": sm["throttle_reasons"],
+        }
+        for q in ("time", "energy"):
+            u = "s" if q == "time" else "j"
+            rd = _dev_pct(row[f"real_{q}_{u}"], row[f"real_pred_{q}_{u}"])
+            sd = _dev_pct(row[f"sim_{q}_{u}"], row[f"sim_pred_{q}_{u}"])
+            row[f"real_dev_{q}_pct"], row[f"sim_dev_{q}_pct"] = rd, sd
+            row[f"{q}_agrees"] = agreement(rd, sd, size_factor)
+        rows.append(row)
+    return rows
+
+
+def agreement(real_pct: float, sim_pct: float, size_factor: float = 1.5,
+              noise_pct: float = 2.0) -> dict[str, bool]:
+    """``{"direction", "size"}``: same sign (or both within ``noise_pct``), and sizes within a
+    factor ``size_factor`` (or both within ``noise_pct``)."""
+    if abs(real_pct) < noise_pct and abs(sim_pct) < noise_pct:
+        return {"direction": True, "size": True}
+    same = real_pct * sim_pct > 0
+    lo, hi = sorted((abs(real_pct), abs(sim_pct)))
+    return {"direction": same, "size": same and lo > 0 and hi / lo <= size_factor}
+
+
+def corun_table(rows: list[dict[str, Any]], size_factor: float = 1.5) -> str:
+    """A markdown table of :func:`compare_composites_to_h200` rows."""
+    out = [f"| composite | real T (s) / E (J) | sim T (s) / E (J) | real ⊕/⊗ pred T / E | "
+           f"sim ⊕/⊗ pred T / E | real dev T / E (%) | sim dev T / E (%) | "
+           f"direction T / E | size (×{size_factor:g}) T / E |",
+           "|---|---|---|---|---|---|---|---|---|"]
+
+    def yn(b: bool) -> str:
+        return "yes" if b else "**no**"
+
+    for r in rows:
+        out.append(
+            f"| {r['composite']} ({r['rule']}) | {r['real_time_s']:.3f} / {r['real_energy_j']:.1f} | "
+            f"{r['sim_time_s']:.3f} / {r['sim_energy_j']:.1f} | "
+            f"{r['real_pred_time_s']:.3f} / {r['real_pred_energy_j']:.1f} | "
+            f"{r['sim_pred_time_s']:.3f} / {r['sim_pred_energy_j']:.1f} | "
+            f"{r['real_dev_time_pct']:+.1f} / {r['real_dev_energy_pct']:+.1f} | "
+            f"{r['sim_dev_time_pct']:+.1f} / {r['sim_dev_energy_pct']:+.1f} | "
+            f"{yn(r['time_agrees']['direction'])} / {yn(r['energy_agrees']['direction'])} | "
+            f"{yn(r['time_agrees']['size'])} / {yn(r['energy_agrees']['size'])} |")
     return "\n".join(out)

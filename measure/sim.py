@@ -117,6 +117,10 @@ class SimSpec:
     power_limit_switch_s: float = 0.001
     time_jitter: float = 2e-5          # relative run-to-run time noise when not capped
     power_noise: float = 0.01          # relative board-power fluctuation per 50 ms of work
+    # co-runs (run_parallel): a persistent stream sharing its SMs with full-grid blocks has its
+    # per-SM, latency-bound bandwidth divided by 1 + this × their activity (L1/L2 contention);
+    # fitted to the H200's GEMM ∥ axpy@4SM time (experiments/sim_corun_calibration.py)
+    corun_l2_interference: float = 2.85
 
     def supported_sm_clocks(self) -> tuple[float, ...]:
         """SM clocks (MHz, descending) in steps of ``sm_clock_step_mhz``."""
@@ -313,8 +317,11 @@ class SimulatedGPU(Device):
         return self._static_w(s.sm_clock_min_mhz, s.mem_clocks_mhz[0],
                               s.ambient_c + s.thermal_r_c_per_w * 79.0)
 
-    def _times(self, k: SimKernel, f: float, fmem: float, n_sm: int) -> tuple[float, float, float, float]:
-        """(time, compute time, memory time, link time) of one invocation."""
+    def _times(self, k: SimKernel, f: float, fmem: float, n_sm: float, hbm_scale: float = 1.0,
+               sm_bw_scale: float = 1.0) -> tuple[float, float, float, float]:
+        """(time, compute time, memory time, link time) of one invocation. A co-run passes
+        ``hbm_scale`` (its share of HBM bandwidth) and ``sm_bw_scale`` (per-SM bandwidth left
+        under L2/latency interference); alone both are 1 and leave the arithmetic untouched."""
         s = self.spec
         fr = f / s.sm_clock_max_mhz
         t_c = k.flops / (s.flops_per_sm * k.compute_eff * n_sm * fr) if k.flops else 0.0
@@ -325,6 +332,10 @@ class SimulatedGPU(Device):
         if k.bytes:
             hbm = s.mem_bw_bps * k.mem_eff * fmem / s.mem_clocks_mhz[0]
             per_sm = s.sm_bw_bps * n_sm * fr**s.sm_bw_clock_exp
+            if hbm_scale != 1.0:
+                hbm *= hbm_scale
+            if sm_bw_scale != 1.0:
+                per_sm *= sm_bw_scale
             p = s.bw_norm_p
             bw = (hbm**-p + per_sm**-p) ** (-1.0 / p)
             t_m = k.bytes / bw
@@ -332,6 +343,24 @@ class SimulatedGPU(Device):
         q = s.roofline_q
         t = (t_c**q + t_m**q + t_l**q) ** (1.0 / q) + k.overhead_s
         return t, t_c, t_m, t_l
+
+    def _dynamic_w(self, k: SimKernel, f: float, fmem: float, n_sm: float,
+                   times: tuple[float, float, float, float]) -> float:
+        """Dynamic board power (W) of ``k`` on ``n_sm`` SMs at clock ``f`` running at the
+        :meth:`_times` ``times``: clocked front end while busy, SM compute activity, data
+        movement and HBM in proportion to the bandwidth it draws, link SMs."""
+        s = self.spec
+        t, t_c, _t_m, t_l = times
+        busy = t - k.overhead_s
+        if k.tiles:   # SMs idle in the last wave draw no compute power
+            waves = k.tiles / n_sm
+            t_c *= waves / math.ceil(waves - 1e-9)
+        u_c = t_c / t if t > 0 else 0.0
+        u_m = (k.bytes / t) / s.mem_bw_bps if t > 0 else 0.0
+        u_l = t_l / t if t > 0 else 0.0
+        return (self._v2f(f) * (s.busy_w * (busy / t) + s.sm_w * n_sm * u_c * k.activity
+                                + s.load_store_w * u_m + s.sm_w * 2 * min(n_sm, k.link_sm_sat) * u_l * k.activity)
+                + s.hbm_w * u_m * fmem / s.mem_clocks_mhz[0])
 
     def kernel_state(self, k: SimKernel, op: OperatingPoint | None = None,
                      temperature_c: float | None = None, sm_count: int | None = None) -> KernelState:
@@ -348,18 +377,8 @@ class SimulatedGPU(Device):
         f_max = op.sm_clock_mhz or s.sm_clock_max_mhz
 
         def at(f: float) -> tuple[float, float]:
-            t, t_c, t_m, t_l = self._times(k, f, fmem, n_sm)
-            busy = t - k.overhead_s
-            if k.tiles:   # SMs idle in the last wave draw no compute power
-                waves = k.tiles / n_sm
-                t_c *= waves / math.ceil(waves - 1e-9)
-            u_c = t_c / t if t > 0 else 0.0
-            u_m = (k.bytes / t) / s.mem_bw_bps if t > 0 else 0.0
-            u_l = t_l / t if t > 0 else 0.0
-            dyn = (self._v2f(f) * (s.busy_w * (busy / t) + s.sm_w * n_sm * u_c * k.activity
-                                   + s.load_store_w * u_m + s.sm_w * 2 * min(n_sm, k.link_sm_sat) * u_l * k.activity)
-                   + s.hbm_w * u_m * fmem / s.mem_clocks_mhz[0])
-            return t, self._static_w(f, fmem, temp) + dyn
+            times = self._times(k, f, fmem, n_sm)
+            return times[0], self._static_w(f, fmem, temp) + self._dynamic_w(k, f, fmem, n_sm, times)
 
         t, p = at(f_max)
         if p <= cap:
@@ -622,36 +641,142 @@ class SimulatedGPU(Device):
     def run_parallel(self, streams: Sequence[tuple[SimKernel, int, int | None]]) -> None:
         """Same-device parallel run of (kernel, n, sm_count) streams started together.
 
-        Streams whose SMs add up to more than the device has (e.g. two full-grid kernels with
-        no green context) are time-sliced on the SMs; partitioned streams (green contexts) run
-        side by side. Board power (so the cap) and HBM bandwidth are always shared. Phases last
-        until a stream finishes; the rest continue alone."""
+        The co-run model (``docs/simulator.md``; calibrated to the H200's same-device parallel
+        composites by ``experiments/sim_corun_calibration.py``):
+
+        * **SMs**: a stream with its own partition (``sm_count``: a green context) or a
+          persistent grid smaller than the device (``sm_request``) holds its SMs; full-grid
+          streams take turns on the SMs left, one kernel at a time (each advances one
+          invocation per round);
+        * **power cap**: one clock for the board, the highest at which static power plus the
+          streams' dynamic power (averaged over a round of turns) fits under the cap, with the
+          dither and wander of a capped single kernel;
+        * **HBM**: what is drawn at once is at most the HBM bandwidth (every stream's HBM limit
+          scaled by one factor until it fits);
+        * **contention on shared SMs**: a persistent stream sharing its SMs with full-grid
+          blocks (no green context) has its per-SM, latency-bound bandwidth divided by
+          ``1 + corun_l2_interference × the full-grid streams' activity``.
+
+        Phases last until a stream finishes (or 50 ms); the rest continue with what is left. A
+        single stream runs as :meth:`run` would (same time and power, its own noise draws)."""
         with self._working():
             self._run_parallel(streams)
+
+    def _granted_sms(self, k: SimKernel, sm_count: int | None) -> int:
+        """SMs a stream asks for (its allocation rounded like the device grants it, capped by a
+        persistent kernel's grid), as :meth:`kernel_state` counts them."""
+        s = self.spec
+        alloc = sm_count if sm_count is not None else self._op.sm_count
+        n_sm = self.operating_set().granted_sm_count(alloc) if alloc else s.sm_count
+        return min(n_sm, k.sm_request) if k.sm_request is not None else n_sm
+
+    def corun_state(self, kernels: Sequence[tuple[SimKernel, int | None]],
+                    temperature_c: float | None = None) -> tuple[tuple[float, ...], float, float, bool]:
+        """Steady co-run of ``(kernel, sm_count)`` streams at the settings in force: (the time
+        each stream takes per invocation while they all run, board power W (time-averaged over
+        time slices), SM clock MHz, capped). See :meth:`run_parallel` for the model."""
+        s = self.spec
+        op = self._op
+        temp = self._temp if temperature_c is None else temperature_c
+        fmem = op.mem_clock_mhz or s.mem_clocks_mhz[0]
+        cap = op.power_limit_w or s.power_limit_default_w
+        f_max = op.sm_clock_mhz or s.sm_clock_max_mhz
+        ks = [k for k, _ in kernels]
+        asked = [self._granted_sms(k, sm) for k, sm in kernels]
+        # pinned streams hold their SMs (a green context, a persistent grid smaller than the
+        # device); full-grid streams take turns on the SMs left, one kernel at a time
+        full = [k.sm_request is None and n >= s.sm_count for k, n in zip(ks, asked)]
+        # a persistent grid without an SM partition of its own shares its SMs with the
+        # full-grid streams (their blocks are resident next to its own); a green context does not
+        resident = [not fl and sm is None and self._op.sm_count is None
+                    for fl, (_k, sm) in zip(full, kernels)]
+        pinned = sum(n for n, f in zip(asked, full) if not f)
+        room = s.sm_count - (s.sm_granularity if any(full) else 0)
+        shrink = min(1.0, room / pinned) if pinned else 1.0
+        free = s.sm_count - pinned * shrink
+        n_eff = [free if f else n * shrink for n, f in zip(asked, full)]
+        hbm_bw = s.mem_bw_bps * fmem / s.mem_clocks_mhz[0]
+
+        def at(f: float) -> tuple[list[float], float]:
+            v2f = self._v2f(f)
+            alone = [self._times(k, f, fmem, n) for k, n in zip(ks, n_eff)]
+            t_round = sum(t[0] for t, fl in zip(alone, full) if fl)
+            # share of the time each stream runs: pinned always, full-grid ones in turn
+            w = [t[0] / t_round if fl else 1.0 for t, fl in zip(alone, full)]
+            util = [min(1.0, (t_c + (k.bytes / hbm_bw if k.bytes else 0.0)) / t)
+                    for k, (t, t_c, _m, _l) in zip(ks, alone)]
+            # contention on shared SMs (L1/LSU, and the L2 queue behind them): a resident
+            # persistent stream feels the full-grid streams' time-averaged activity; a full-grid
+            # stream feels the resident ones on the fraction of its SMs they hold
+            grid_act = sum(wi * u for wi, u, fl in zip(w, util, full) if fl)
+            res_act = sum(u * n for u, n, r in zip(util, n_eff, resident) if r) / s.sm_count
+            press = [res_act if fl else (grid_act if r else 0.0) for fl, r in zip(full, resident)]
+            lat = [1.0 / (1.0 + s.corun_l2_interference * x) for x in press]
+
+            def with_hbm(scale: float) -> tuple[list[tuple[float, float, float, float]], float]:
+                tms = [self._times(k, f, fmem, n, hbm_scale=scale, sm_bw_scale=x)
+                       for k, n, x in zip(ks, n_eff, lat)]
+                bw = [k.bytes / t[0] for k, t in zip(ks, tms)]
+                # what is drawn at once: every pinned stream and one full-grid stream at a time
+                drawn = (sum(b for b, fl in zip(bw, full) if not fl)
+                         + max([b for b, fl in zip(bw, full) if fl], default=0.0))
+                return tms, drawn / hbm_bw
+
+            times, demand = with_hbm(1.0)
+            if demand > 1.0:   # HBM is shared: scale every stream's HBM limit until they fit
+                lo_s, hi_s = 0.0, 1.0
+                for _ in range(30):
+                    mid_s = 0.5 * (lo_s + hi_s)
+                    lo_s, hi_s = (mid_s, hi_s) if with_hbm(mid_s)[1] <= 1.0 else (lo_s, mid_s)
+                times = with_hbm(lo_s)[0]
+            if any(full):
+                t_round = sum(t[0] for t, fl in zip(times, full) if fl)
+                w = [t[0] / t_round if fl else 1.0 for t, fl in zip(times, full)]
+            dyn = 0.0
+            front = 0.0
+            for k, n, t, wi in zip(ks, n_eff, times, w):
+                fe = v2f * s.busy_w * (t[0] - k.overhead_s) / t[0]
+                dyn += wi * (self._dynamic_w(k, f, fmem, n, t) - fe)
+                front = max(front, fe)   # front end, L2, NoC: one for the device
+            per_inv = [t_round if fl else t[0] for t, fl in zip(times, full)]
+            return per_inv, self._static_w(f, fmem, temp) + dyn + front
+
+        times, p = at(f_max)
+        if p <= cap:
+            return tuple(times), p, f_max, False
+        lo, hi = s.sm_clock_min_mhz, f_max
+        for _ in range(40):   # one clock for the board: the highest whose power fits the cap
+            mid = 0.5 * (lo + hi)
+            if at(mid)[1] > cap:
+                hi = mid
+            else:
+                lo = mid
+        times, p = at(lo)
+        return tuple(times), p, lo, True
 
     def _run_parallel(self, streams: Sequence[tuple[SimKernel, int, int | None]]) -> None:
         s = self.spec
         left = {i: float(n) for i, (_, n, _) in enumerate(streams) if n > 0}
         self._busy = True
-        cap = self._op.power_limit_w or s.power_limit_default_w
         while left:
-            states = {i: self.kernel_state(streams[i][0], sm_count=streams[i][2]) for i in left}
-            static = self.static_power_w()
-            share = max(1.0, sum(states[i].sm_used for i in left) / s.sm_count)
-            demand = sum(streams[i][0].bytes / states[i].time_s for i in left) / share / s.mem_bw_bps
-            slow = share * max(1.0, demand / 0.95)
-            # time-sliced or bandwidth-starved streams draw their dynamic power 1/slow of the time
-            dyn = sum(max(states[i].power_w - static, 0.0) for i in left) / slow
-            over = max(1.0, dyn / max(cap - static, 1e-9))
-            # over the cap the firmware lowers the clock; dynamic power falls faster than speed
-            rate = {i: 1.0 / (states[i].time_s * slow * over**0.5) for i in left}
-            power = static + min(dyn, cap - static)
+            ids = sorted(left)
+            times, p, clock, capped = self.corun_state([(streams[i][0], streams[i][2]) for i in ids])
+            t_i = dict(zip(ids, times))
+            nominal = min(min(left[i] * t_i[i] for i in ids), 0.05)
+            jitter = s.cap_clock_dither if capped else s.time_jitter
+            scale = 1.0 + jitter * float(self._rng.standard_normal())
+            if capped:   # the capped clock wanders slowly, as for a single capped kernel
+                a = math.exp(-nominal / s.cap_clock_wander_tau_s)
+                self._wander = a * self._wander + math.sqrt(1 - a * a) * s.cap_clock_wander * float(
+                    self._rng.standard_normal())
+                scale *= 1.0 + self._wander
+            power = p if capped else p / scale
             power *= 1.0 + s.power_noise * float(self._rng.standard_normal())
-            dt = min(min(left[i] / rate[i] for i in left), 0.05)
-            self._last_capped = over > 1.0
-            self._advance(dt, power)
-            for i in list(left):
-                left[i] -= rate[i] * dt
+            self._last_capped = capped
+            self._last_clock = clock / scale if capped else clock
+            self._advance(nominal * scale, power)
+            for i in ids:
+                left[i] -= nominal / t_i[i]
                 if left[i] <= 1e-9:
                     del left[i]
 

@@ -1,0 +1,178 @@
+"""The simulator's co-run model (``SimulatedGPU.run_parallel``) against the real H200 composites.
+
+What is simulated and what is not (``docs/simulator.md``): the co-run model reproduces the two
+same-device parallel composites' time deviation from ⊕ (GEMM ∥ copy is not fitted; GEMM ∥
+axpy@4SM fixes the one fitted parameter) and back-to-back GEMMs throttle at the power cap. It does
+*not* reproduce the sequential context effects (a GEMM after a copy runs faster on the real card,
+whose cap acts on averaged power; the simulator caps each kernel on its own), and it
+under-states the GEMM ∥ axpy energy excess. The tests below pin both what agrees and what does not.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from frontier.h200 import default_measurements_path
+from measure.calibration import (
+    COMPOSITES,
+    agreement,
+    compare_composites_to_h200,
+    simulate_composites,
+)
+from measure.protocol import Protocol, measure_point
+from measure.sim import H200, SimulatedGPU, preset, with_spec
+
+PATH = default_measurements_path()
+needs_data = pytest.mark.skipif(
+    not PATH.exists(),
+    reason=f"real H200 data not found at {PATH} (shared data folder ../shared/data is absent; "
+           "set ECAL_SHARED_DATA to point at it); the fixed-number tests still run")
+
+#: Real H200 deviations (%) of the measured composite from the prediction composed from the
+#: elements characterized alone, copied from ../shared/data/h200/measurements.json
+#: (``compositions`` vs ``elements`` through frontier.h200; experiments/h200_composition.py and
+#: experiments/results/sim_corun_calibration.md print them). name → (ΔT %, ΔE %).
+REAL_DEVIATION_PCT = {
+    "par_gemm8192_copy": (93.6, 11.1),
+    "par_gemm8192_axpy_sm4": (73.6, 17.0),
+    "seq_gemm8192_copy": (-5.1, 1.3),
+    "seq_gemm8192_axpy_sm4": (-1.0, 4.3),
+}
+#: The size band: simulated and real deviations agree within this factor (docs/simulator.md).
+SIZE_FACTOR = 1.5
+#: SM clocks at the end of the real gemm_bf16_8192 windows (same file): it throttles at 700 W.
+REAL_GEMM_CLOCKS_MHZ = (1560, 1965, 1950, 1830, 1965)
+
+
+@pytest.fixture(scope="module")
+def sim():
+    return simulate_composites(seed=0)
+
+
+def _dev(sim, name):
+    c = sim["composites"][name]
+    m, p = c["measured"], c["predicted"]
+    return 100 * (m.time_s / p.time_s - 1), 100 * (m.energy_j / p.energy_j - 1)
+
+
+@pytest.mark.parametrize("name", ["par_gemm8192_copy", "par_gemm8192_axpy_sm4"])
+def test_parallel_time_deviation_has_the_real_sign_and_size(sim, name):
+    dt, _ = _dev(sim, name)
+    real_dt, _ = REAL_DEVIATION_PCT[name]
+    assert dt > 0, f"simulated {name} ran faster than ⊕ ({dt:+.1f} %); the H200 took {real_dt:+.1f} %"
+    assert real_dt / SIZE_FACTOR <= dt <= real_dt * SIZE_FACTOR, (name, dt, real_dt)
+
+
+def test_gemm_copy_energy_deviation_has_the_real_sign_and_size(sim):
+    _, de = _dev(sim, "par_gemm8192_copy")
+    real = REAL_DEVIATION_PCT["par_gemm8192_copy"][1]
+    assert real / SIZE_FACTOR <= de <= real * SIZE_FACTOR, de
+
+
+def test_known_gaps_stay_documented(sim):
+    """What the simulator does not reproduce (docs/simulator.md lists it): if one of these starts
+    agreeing, update the doc's table and this test."""
+    _, de = _dev(sim, "par_gemm8192_axpy_sm4")
+    real_de = REAL_DEVIATION_PCT["par_gemm8192_axpy_sm4"][1]
+    assert 0 < de < real_de and not agreement(real_de, de, SIZE_FACTOR)["size"]
+    dt, _ = _dev(sim, "seq_gemm8192_copy")
+    assert abs(dt) < 1.0   # ⊗ holds on the simulator; the H200 ran it 5 % faster
+    assert not agreement(REAL_DEVIATION_PCT["seq_gemm8192_copy"][0], dt, SIZE_FACTOR)["direction"]
+
+
+def test_back_to_back_gemms_throttle_at_the_cap_like_the_h200():
+    """GEMM ⊗ GEMM (the element measured alone, back to back) holds the board at 700 W: every
+    window reports SwPowerCap and a clock below the top one, as the real windows did."""
+    assert min(REAL_GEMM_CLOCKS_MHZ) < H200.sm_clock_max_mhz
+    gpu = SimulatedGPU(seed=3)
+    gpu.seed_point("gemm")
+    sig = measure_point(gpu, preset("gemm_bf16_8192"), "gemm", Protocol(), ready_w=123.0)
+    assert "SwPowerCap" in sig.meta["throttle_reasons"]
+    assert all(1300 < f < H200.sm_clock_max_mhz for f in sig.meta["sm_clocks_seen_mhz"])
+    assert sig.power_w == pytest.approx(H200.power_limit_default_w, rel=0.03)
+    # the same through the co-run model: one stream of GEMMs, and GEMM ∥ GEMM
+    for streams in ([(preset("gemm_bf16_8192"), 400, None)],
+                    [(preset("gemm_bf16_8192"), 200, None), (preset("gemm_bf16_4096"), 800, None)]):
+        r = gpu.run_and_read(lambda s=streams: gpu.run_parallel(s), 1)
+        assert "SwPowerCap" in r.throttle_reasons and r.sm_clock_mhz < H200.sm_clock_max_mhz
+
+
+def test_copy_alone_is_not_capped_and_neither_is_its_corun_with_axpy():
+    gpu = SimulatedGPU(seed=1)
+    _t, p, f, capped = gpu.corun_state([(preset("copy_2GiB"), None), (preset("axpy_triton_sm4"), None)])
+    assert not capped and f == H200.sm_clock_max_mhz and p < H200.power_limit_default_w
+
+
+@pytest.mark.parametrize("name, sm", [("gemm_bf16_8192", None), ("gemm_bf16_8192", 64),
+                                      ("copy_2GiB", None), ("axpy_triton_sm4", None),
+                                      ("p2p_send", 16), ("attention_flash", None)])
+def test_one_stream_corun_is_the_kernel_alone(name, sm):
+    gpu = SimulatedGPU()
+    st = gpu.kernel_state(preset(name), sm_count=sm)
+    (t,), p, f, capped = gpu.corun_state([(preset(name), sm)])
+    assert (t, p, f, capped) == pytest.approx((st.time_s, st.power_w, st.sm_clock_mhz, st.capped), rel=1e-12)
+
+
+def test_two_full_grid_kernels_take_turns_and_the_cap_is_shared():
+    gpu = SimulatedGPU()
+    g, c = preset("gemm_bf16_8192"), preset("copy_2GiB")
+    (tg, tc), p, _f, capped = gpu.corun_state([(g, None), (c, None)])
+    alone = gpu.kernel_state(g).time_s + gpu.kernel_state(c).time_s
+    # each advances one kernel per round; the round is about the two alone (a little shorter:
+    # the averaged power lets the GEMM clock up between copies)
+    assert tg == tc and 0.85 * alone < tg <= alone
+    assert capped and p == pytest.approx(H200.power_limit_default_w, rel=1e-6)
+
+
+def test_hbm_is_shared_between_partitioned_copies():
+    gpu = SimulatedGPU()
+    c = preset("copy_2GiB")
+    (t1, t2), *_ = gpu.corun_state([(c, 64), (c, 64)])
+    assert 2 * c.bytes / min(t1, t2) <= H200.mem_bw_bps * (1 + 1e-9)
+    assert t1 > gpu.kernel_state(c, sm_count=64).time_s
+
+
+def test_l2_interference_is_what_slows_the_resident_axpy():
+    a, g = preset("axpy_triton_sm4"), preset("gemm_bf16_8192")
+    on = SimulatedGPU().corun_state([(g, None), (a, None)])[0][1]
+    off = SimulatedGPU(spec=with_spec(corun_l2_interference=0.0)).corun_state([(g, None), (a, None)])[0][1]
+    alone = SimulatedGPU().kernel_state(a).time_s
+    assert off < 1.1 * alone and on > 3 * alone
+    # a green-context partition does not share SMs: no such slowdown
+    part = SimulatedGPU().corun_state([(g, 128), (a, 4)])[0][1]
+    assert part < 1.1 * alone
+
+
+def test_corun_is_a_function_of_seed_and_key():
+    def once():
+        gpu = SimulatedGPU(seed=7)
+        gpu.seed_point("x")
+        t0, e0 = gpu.time_s(), gpu.energy_j()
+        gpu.run_parallel([(preset("gemm_bf16_8192"), 50, None), (preset("copy_2GiB"), 80, None)])
+        return gpu.time_s() - t0, gpu.energy_j() - e0
+    assert once() == once()
+
+
+@needs_data
+def test_fixed_numbers_are_the_data_s():
+    rows = compare_composites_to_h200(seed=0, size_factor=SIZE_FACTOR)
+    assert [r["composite"] for r in rows] == [c[0] for c in COMPOSITES]
+    for r in rows:
+        dt, de = REAL_DEVIATION_PCT[r["composite"]]
+        assert r["real_dev_time_pct"] == pytest.approx(dt, abs=0.05)
+        assert r["real_dev_energy_pct"] == pytest.approx(de, abs=0.05)
+    par = {r["composite"]: r for r in rows if r["rule"] == "⊕"}
+    assert all(r["time_agrees"] == {"direction": True, "size": True} for r in par.values())
+    assert par["par_gemm8192_copy"]["energy_agrees"]["size"]
+
+
+@needs_data
+def test_composite_parts_match_the_data():
+    from frontier.h200 import is_parallel, load_measurements
+
+    data = load_measurements(PATH)
+    got = {c["name"]: (is_parallel(c), tuple((k, int(v)) for k, v in c["parts"].items()))
+           for c in data["compositions"]}
+    assert got == {n: (par, parts) for n, par, parts in COMPOSITES}
+    clocks = next(e for e in data["elements"] if e["name"] == "gemm_bf16_8192")["windows"]
+    assert tuple(w["sm_clock_MHz_at_end"] for w in clocks) == REAL_GEMM_CLOCKS_MHZ
