@@ -8,11 +8,16 @@ Exit codes scripts can rely on:
      path, infeasible deadline, missing permission or device — a one-line error on stderr
      (argparse's own usage errors add a usage line); no output file is written and no earlier
      file is changed
+  3  the user's own work (``module:function``) raised: its traceback, then a one-line error;
+     the GPU was restored and the points measured so far are kept in the ``--results`` file
   130 interrupted by Ctrl-C (SIGINT), SIGTERM or SIGHUP: ``ecal: interrupted (SIGTERM)`` on
-     stderr, after devices were restored and the solver stopped; no output file is written
-     or changed (a signal that arrives while files are renamed into place waits until all are)
+     stderr, after devices were restored and the solver stopped; output files (``-o``,
+     ``--plot``, ``--schedule``) are all written or none (a signal that arrives while files
+     are renamed into place waits until all are); a ``--results`` file keeps every point
+     measured before the interrupt
 
-A signal ignored when ``ecal`` starts (``nohup``) stays ignored. SIGKILL cannot be caught: the
+A signal ignored when ``ecal`` starts (``nohup``) stays ignored. SIGQUIT restores the GPU, then
+ends the process with the signal's default action (status 131). SIGKILL cannot be caught: the
 device journal it leaves is undone by ``ecal restore``. Any other status (1 with a traceback)
 is a bug.
 """
@@ -37,7 +42,9 @@ EPILOG = """examples:
   ecal restore                                   # after a killed run: put GPU settings back
 
 exit codes: 0 ok; 1 check flagged a deviation; 2 bad input (no file written or changed);
-  130 interrupted (Ctrl-C, SIGTERM, SIGHUP; no file written or changed)
+  3 your own work (module:function) raised; 130 interrupted (Ctrl-C, SIGTERM, SIGHUP; output
+  files all written or none, a --results file keeps what was measured)
+after a killed run: ecal restore (puts back what the device journal says was changed)
 """
 
 
@@ -250,6 +257,17 @@ def _run(argv: Sequence[str] | None) -> int:
         return 0
     except KeyboardInterrupt as exc:
         return _interrupted(exc)
+    except commands.WorkFailedError as exc:
+        import traceback
+
+        cause = exc.__cause__ or exc
+        traceback.print_exception(type(cause), cause, cause.__traceback__, file=sys.stderr)
+        kept = (f"; the points measured so far are in {args.results}"
+                if getattr(args, "results", None) else "")
+        print(f"ecal {args.command}: error: your work {exc.spec} raised "
+              f"{type(cause).__name__}: {_error_line(cause)} (traceback above; the device was "
+              f"restored{kept})", file=sys.stderr)
+        return 3
     except (EnergyCalculusError, OSError, ValueError, KeyError) as exc:
         print(f"ecal {args.command}: error: {_error_line(exc)}", file=sys.stderr)
         return 2

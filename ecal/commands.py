@@ -164,8 +164,13 @@ def cmd_characterize(args: argparse.Namespace) -> int:
     check_outputs(args, "-o", "--plot")
     if not args.target_rse > 0:
         raise UsageError(f"--target-rse must be > 0, got {args.target_rse:g}")
+    if args.results:
+        # appended to, never replaced; checked now so a bad path fails before any device work
+        check_output_path(args.results, "--results")
     device = measure.open_device(args.device, read_only=args.read_only, seed=args.seed)
     work = measure.resolve_work(args.work, device)
+    if callable(work) and ":" in args.work:
+        work = _reported(work, args.work)
     grid = args.grid
     if grid is None:
         grid = "sm_count=132:4:-16" if args.read_only else DEFAULT_GRID
@@ -186,6 +191,30 @@ def cmd_characterize(args: argparse.Namespace) -> int:
             f"{len(res.frontier_signatures())} on the (T, E) frontier")
     return _finish(args, out, res.to_dict,
                    lambda: head if res.frontier is None else f"{head}\n{res.frontier.to_table()}")
+
+
+class WorkFailedError(Exception):
+    """The user's own work raised (not bad input to ecal): exit 3 with its traceback."""
+
+    def __init__(self, spec: str):
+        self.spec = spec
+        super().__init__(f"your work {spec} raised")
+
+
+def _reported(work: Any, spec: str) -> Any:
+    """``work`` whose exceptions come out as :class:`WorkFailedError` (the original as its
+    cause), so a bug in the user's code is neither exit 2 ("bad input") nor exit 1 ("check
+    flagged"). Attributes such as ``kappa`` and ``theta`` are kept."""
+    import functools
+
+    @functools.wraps(work)
+    def call(*a: Any, **kw: Any) -> Any:
+        try:
+            return work(*a, **kw)
+        except Exception as exc:
+            raise WorkFailedError(spec) from exc
+
+    return call
 
 
 # -- import ------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import errno
 import json
 import os
 import signal
+import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -95,8 +96,27 @@ def check_output_path(path: str | os.PathLike, option: str = "output") -> Path:
         raise OutputPathError(f"{where}: not a file name")
     if p.is_dir():
         raise OutputPathError(f"{where}: is a folder")
+    _refuse_special(p, where)
     _check_folder(p.parent, where)
     return p
+
+
+def _refuse_special(path: Path, where: str) -> None:
+    """A device node, FIFO or socket is never replaced by an output file (as root, ``-o
+    /dev/null`` would otherwise replace the device itself)."""
+    try:
+        mode = os.stat(path).st_mode          # follows a symlink to what it names
+    except OSError:
+        return                                 # nothing there (or a dangling link): a new file
+    if not stat.S_ISREG(mode):
+        raise OutputPathError(f"{where}: is not a regular file (a device, FIFO or socket); "
+                              "give the path of a file")
+
+
+def _target(path: str | os.PathLike) -> Path:
+    """Where an output for ``path`` goes: through a symlink to the file it names (the link
+    stays a link), else ``path`` itself."""
+    return Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
 
 
 def check_output_dir(path: str | os.PathLike, option: str = "--out") -> Path:
@@ -212,11 +232,11 @@ class Outputs:
             with open(tmp, "w", encoding="utf-8") as fh:
                 fh.write(text)
 
-        self._pending.append((Path(path), write))
+        self._pending.append((_target(path), write))
 
     def custom(self, path: str | os.PathLike, write: Callable[[str], None]) -> None:
         """Stage a file produced by ``write(tmp_path)`` (e.g. a library's own saver)."""
-        self._pending.append((Path(path), write))
+        self._pending.append((_target(path), write))
 
     def figure(self, path: str | os.PathLike, fig: Any) -> None:
         """Stage a matplotlib figure (format from the file suffix)."""
@@ -225,7 +245,7 @@ class Outputs:
         def write(tmp: str) -> None:
             fig.savefig(tmp, format=fmt, dpi=130, bbox_inches="tight")
 
-        self._pending.append((Path(path), write))
+        self._pending.append((_target(path), write))
 
     @property
     def paths(self) -> list[Path]:
@@ -243,6 +263,7 @@ class Outputs:
         try:
             for path, write in self._pending:
                 tmp = ""
+                _refuse_special(path, f"cannot write {os.fspath(path)}")
                 try:
                     _mkdirs(path.parent, made)
                     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp.", suffix=path.suffix,

@@ -512,3 +512,58 @@ def test_restore_runs_recovery(tmp_path, monkeypatch):
     monkeypatch.setattr(recovery, "cmd_restore", lambda args, nvml=None: calls.append(args) or 0)
     assert cli.main(["restore", "--device", "nvml:0"]) == 0
     assert calls and calls[0].device == "nvml:0"
+
+
+# -- special files, links, the results path and the user's own work (acceptance pass) -------
+
+EXAMPLE = str(Path(__file__).resolve().parents[1] / "ecal" / "examples" / "pipeline_4x8.csv")
+
+
+def test_output_onto_a_fifo_is_refused_and_the_fifo_stays(tmp_path, capsys):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    rc = cli.main(["plan", EXAMPLE, "--deadline", "1.05x", "-o", str(fifo)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "not a regular file" in err and str(fifo) in err
+    assert fifo.is_fifo()          # replacing it would turn it into a plain file
+    with pytest.raises(OutputPathError, match="not a regular file"):
+        check_output_path(fifo, "-o")
+
+
+def test_output_through_a_symlink_updates_the_file_it_names(tmp_path, capsys):
+    real = tmp_path / "real.json"
+    real.write_text("{}\n")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    assert cli.main(["plan", EXAMPLE, "--deadline", "1.05x", "-o", str(link)]) == 0
+    assert link.is_symlink() and json.loads(real.read_text())["problem"].startswith("pipeline_4x8")
+
+
+def test_unwritable_results_path_names_it_and_the_cause(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    rc = cli.main(["characterize", "gemm_bf16_8192", "--grid", "sm_clock_mhz=1980",
+                   "--results", str(blocker / "r.jsonl")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.count("\n") == 0
+    assert f"--results {blocker / 'r.jsonl'}" in err and "not a folder" in err and ".lock" not in err
+
+
+def test_the_users_failing_work_exits_3_with_its_traceback(tmp_path, monkeypatch, capsys):
+    from fake_pynvml import make_fake_pynvml
+
+    import measure.nvml as mn
+
+    (tmp_path / "mywork.py").write_text(
+        "def bad():\n    raise ValueError('shape mismatch in my kernel')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    fake = make_fake_pynvml()
+    monkeypatch.setattr(mn, "_load_pynvml", lambda: fake)
+    rc = cli.main(["characterize", "mywork:bad", "--device", "nvml:0", "--grid",
+                   "sm_clock_mhz=1980,1500"])
+    err = capsys.readouterr().err
+    # not 2 ("bad input": it would hide the traceback) and not 1 ("check flagged")
+    assert rc == 3
+    assert "Traceback" in err and "mywork.py" in err
+    assert "your work mywork:bad raised ValueError: shape mismatch in my kernel" in err
+    assert fake.gpu.locked_sm is None and fake.gpu.limit_mw == fake.gpu.default_limit_mw
