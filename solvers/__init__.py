@@ -12,6 +12,7 @@ from .io import load_problem, problem_from_dict, problem_to_dict, save_problem
 from .model import (
     ConstantTransition,
     InfeasibleError,
+    LeafTerms,
     Option,
     Problem,
     ProblemError,
@@ -19,7 +20,7 @@ from .model import (
     Task,
 )
 from .pipeline import load_perseus_profile, one_f_one_b, stage_order
-from .plan import ParetoCurve, Plan, TaskPlan
+from .plan import ParetoCurve, Plan, PlanTerms, TaskPlan, plan_terms
 from .solve import METHODS, pareto, pick_method, solve
 
 
@@ -38,6 +39,7 @@ def plot_pareto(curve, path, others=None):
 
 
 __all__ = [
+    "LeafTerms", "PlanTerms", "plan_terms",
     "Problem", "Task", "Option", "ConstantTransition", "ProblemError", "InfeasibleError",
     "SolverUnavailableError", "Plan", "TaskPlan", "ParetoCurve", "solve", "pareto", "pick_method",
     "METHODS", "one_f_one_b", "stage_order", "load_perseus_profile", "load_problem",

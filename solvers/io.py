@@ -23,7 +23,11 @@ JSON problem format (``schema_version: "ecal.problem/1"``)::
 Per option: ``time_s``; ``energy_j`` (total) or ``d_j`` (dynamic); optional ``s_w`` (static
 power while busy, default 0), ``sm_clock_mhz`` or ``omega`` (an operating point: switches are
 priced between different ω_dev), ``sd_time_s``/``sd_energy_j`` (standard errors), ``label``,
-``key`` (same key = same measurement). Same-device order = order of listing. ``transitions``
+``key`` (same key = same measurement); ``terms`` (an option composed from measured leaves:
+``{leaf key: {"var_time_s2", "var_d_j2", "dT_dT", "dE_dT", "dE_dd"}}``, as
+``frontier.signature.Term``; a leaf shared by options is then correlated in a plan's σ) with
+optional ``extra_var_time_s2``/``extra_var_energy_j2`` (Clark's remainder). An option without
+``terms`` is its own leaf, keyed by ``key``. Same-device order = order of listing. ``transitions``
 per device: ``{"constant": {...}}`` or a ``frontier.transition.TransitionTable`` dict.
 A Perseus CSV (``stage,instruction,frequency,time,energy``) becomes a 1F1B problem
 (:func:`read_perseus_profile`, then :func:`solvers.pipeline.one_f_one_b`; options
@@ -62,7 +66,11 @@ PERSEUS_COLUMNS = ("stage", "instruction", "frequency", "time", "energy")
 #: Numeric fields of a problem option, and whether they may be negative.
 _OPTION_NUMBERS = {"time_s": False, "energy_j": False, "s_w": False, "d_j": True,
                    "sd_time_s": False, "sd_energy_j": False, "var_time_s2": False,
-                   "var_d_j2": False, "sm_clock_mhz": False}
+                   "var_d_j2": False, "sm_clock_mhz": False, "extra_var_time_s2": True,
+                   "extra_var_energy_j2": True}
+#: Fields of a per-leaf term and whether they may be negative (sensitivities may).
+_TERM_NUMBERS = {"var_time_s2": False, "var_d_j2": False, "dT_dT": True, "dE_dT": True,
+                 "dE_dd": True}
 
 
 def _rule(d: Any, file: str, path: str) -> Any:
@@ -134,9 +142,28 @@ def _check_option_numbers(file: str, path: str, o: Any) -> None:
         for k, signed in _OPTION_NUMBERS.items():
             if o.get(k) is not None:
                 number_field(file, f"{path}.{k}", o[k], nonneg=not signed)
+        _check_terms(file, f"{path}.terms", o.get("terms"))
     elif isinstance(o, (list, tuple)) and len(o) == 2:
         number_field(file, f"{path}[0] (time_s)", o[0])
         number_field(file, f"{path}[1] (energy_j)", o[1])
+
+
+def _check_terms(file: str, path: str, terms: Any) -> None:
+    if terms is None:
+        return
+    if not isinstance(terms, Mapping) or not terms:
+        raise FormatError(file, path, "must be a non-empty object keyed by measured leaf")
+    for k, t in terms.items():
+        if not isinstance(t, Mapping):
+            raise FormatError(file, f"{path}.{k}", "must be an object")
+        missing = sorted(set(_TERM_NUMBERS) - set(t))
+        unknown = sorted(set(t) - set(_TERM_NUMBERS))
+        if missing or unknown:
+            raise FormatError(file, f"{path}.{k}", f"needs exactly {sorted(_TERM_NUMBERS)}"
+                              + (f"; missing {missing}" if missing else "")
+                              + (f"; unknown {unknown}" if unknown else ""))
+        for f, signed in _TERM_NUMBERS.items():
+            number_field(file, f"{path}.{k}.{f}", t[f], nonneg=not signed)
 
 
 def _perseus_stage(file: str, row: Any) -> int:
@@ -228,6 +255,8 @@ def problem_to_dict(p: Problem) -> dict[str, Any]:
         for o in t.options:
             od = {"time_s": o.time_s, "d_j": o.d_j, "s_w": o.s_w, "omega": o.omega.to_dict(),
                   "var_time_s2": o.var_time_s2, "var_d_j2": o.var_d_j2, "key": o.key, "label": o.label}
+            if o.terms:
+                od.update(o.terms.to_dict())
             opts.append(od)
         tasks.append({"name": t.name, "device": t.device, "options": opts})
     return {"schema_version": PROBLEM_SCHEMA, "name": p.name, "devices": devs, "tasks": tasks,

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -29,7 +29,7 @@ import numpy as np
 
 from frontier.errors import EnergyCalculusError
 from frontier.operating_point import OperatingPoint
-from frontier.signature import Signature
+from frontier.signature import Signature, Term
 
 
 class ProblemError(EnergyCalculusError):
@@ -81,11 +81,81 @@ class ConstantTransition:
         return {"constant": {"time_s": self.time_s, "energy_j": self.energy_j}}
 
 
+class LeafTerms(Mapping[str, Term]):
+    """How an option's T and E depend on the distinct measured leaves behind it: leaf key →
+    :class:`frontier.signature.Term` (the composite signature's own objects, not copies), plus
+    the non-linear remainder Clark's max adds (``extra_var_time_s2``/``extra_var_energy_j2``).
+
+    Immutable, hashable and picklable (a :class:`Problem` travels to worker processes), which
+    the signature's read-only mapping is not. Empty: the option is its own leaf.
+    """
+
+    __slots__ = ("_terms", "extra_var_time_s2", "extra_var_energy_j2")
+
+    def __init__(self, terms: Mapping[str, Term] | Iterable[tuple[str, Term]] = (),
+                 extra_var_time_s2: float = 0.0, extra_var_energy_j2: float = 0.0):
+        items = dict(terms.items() if isinstance(terms, Mapping) else terms)
+        for k, t in items.items():
+            if not isinstance(t, Term):
+                raise ProblemError(f"leaf {k!r}: expected a frontier Term, got {t!r}")
+        object.__setattr__(self, "_terms", {str(k): t for k, t in items.items()})
+        object.__setattr__(self, "extra_var_time_s2", float(extra_var_time_s2))
+        object.__setattr__(self, "extra_var_energy_j2", float(extra_var_energy_j2))
+
+    @classmethod
+    def of(cls, sig: Signature) -> LeafTerms:
+        """The per-leaf terms of ``sig`` (a leaf has one: itself)."""
+        return cls(sig.terms, sig.extra_var_time_s2, sig.extra_var_energy_j2)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("LeafTerms is immutable")
+
+    def __getitem__(self, key: str) -> Term:
+        return self._terms[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._terms)
+
+    def __len__(self) -> int:
+        return len(self._terms)
+
+    def _ident(self) -> tuple:
+        return (tuple(self._terms.items()), self.extra_var_time_s2, self.extra_var_energy_j2)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, LeafTerms):
+            return NotImplemented
+        return self._ident() == other._ident()
+
+    def __hash__(self) -> int:
+        return hash(self._ident())
+
+    def __reduce__(self):
+        return (LeafTerms, (tuple(self._terms.items()), self.extra_var_time_s2, self.extra_var_energy_j2))
+
+    def __repr__(self) -> str:
+        return f"LeafTerms({len(self._terms)} leaves)"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: ``{"terms": {key: {Term fields}}, "extra_var_time_s2", "extra_var_energy_j2"}``."""
+        names = [f.name for f in fields(Term)]
+        return {"terms": {k: {n: getattr(t, n) for n in names} for k, t in self._terms.items()},
+                "extra_var_time_s2": self.extra_var_time_s2,
+                "extra_var_energy_j2": self.extra_var_energy_j2}
+
+
 @dataclass(frozen=True)
 class Option:
     """One operating point of a task: T, static power s (while busy), dynamic energy d and the
     variances of the T and d estimates. ``key`` identifies the measurement (a measurement used by
-    several tasks has one key, so its error counts k²·var)."""
+    several tasks has one key, so its error counts k²·var).
+
+    ``terms`` holds, for an option built from a (composite) signature, how its T and E depend
+    on each distinct measured leaf (:class:`LeafTerms`); a plan then propagates error per
+    leaf, so a leaf shared by several options (``a⊕send``, ``b⊕send``) is correlated as in
+    ``frontier``. Without terms the option is its own leaf, keyed by ``key``; ``var_time_s2``
+    and ``var_d_j2`` are then its only uncertainty (with terms they are the totals, for show).
+    """
 
     time_s: float
     s_w: float
@@ -95,18 +165,29 @@ class Option:
     omega: OperatingPoint = OperatingPoint()
     key: str = ""
     label: str = ""
+    terms: LeafTerms = field(default=LeafTerms(), repr=False)
 
     @property
     def energy_j(self) -> float:
         """E = s·T + d, joules."""
         return self.s_w * self.time_s + self.d_j
 
+    @property
+    def leaf_terms(self) -> LeafTerms:
+        """The terms a plan propagates: ``terms``, or the option as its own leaf
+        (∂T/∂T = 1, ∂E/∂T = s, ∂E/∂d = 1) when it has none."""
+        if self.terms:
+            return self.terms
+        return LeafTerms({self.key: Term(self.var_time_s2, self.var_d_j2, 1.0, self.s_w, 1.0)})
+
     @classmethod
     def from_signature(cls, sig: Signature) -> Option:
-        """The option measured by ``sig`` (its ω, T, s, d and estimate variances)."""
+        """The option measured or composed as ``sig``: its ω, T, s, d, total variances, and its
+        per-leaf terms (so leaves it shares with other options stay correlated in a plan)."""
         return cls(time_s=sig.time_s, s_w=sig.s_w, d_j=sig.d_j, var_time_s2=sig.var_time_s2,
                    var_d_j2=sig.var_d_j2, omega=sig.omega, key=sig.key,
-                   label=sig.omega.label() if sig.omega != OperatingPoint() else sig.name)
+                   label=sig.omega.label() if sig.omega != OperatingPoint() else sig.name,
+                   terms=LeafTerms.of(sig))
 
 
 @dataclass(frozen=True)
@@ -141,7 +222,8 @@ def _option_from(task: str, i: int, o: Any) -> Option:
         opt = Option.from_signature(o)
     elif isinstance(o, Mapping):
         known = {"time_s", "energy_j", "s_w", "d_j", "sd_time_s", "sd_energy_j", "var_time_s2",
-                 "var_d_j2", "omega", "sm_clock_mhz", "label", "key"}
+                 "var_d_j2", "omega", "sm_clock_mhz", "label", "key", "terms",
+                 "extra_var_time_s2", "extra_var_energy_j2"}
         bad = set(o) - known
         if bad:
             raise ProblemError(f"{where}: unknown field(s) {sorted(bad)}; known: {sorted(known)}")
@@ -163,7 +245,7 @@ def _option_from(task: str, i: int, o: Any) -> Option:
         vt = o.get("var_time_s2", _num(where, "sd_time_s", o.get("sd_time_s", 0.0)) ** 2)
         vd = o.get("var_d_j2", _num(where, "sd_energy_j", o.get("sd_energy_j", 0.0)) ** 2)
         opt = Option(t, s, d, _num(where, "var_time_s2", vt), _num(where, "var_d_j2", vd), omega,
-                     str(o.get("key", "")), str(o.get("label", "")))
+                     str(o.get("key", "")), str(o.get("label", "")), _terms_from(where, o))
     else:
         try:
             t, e = o
@@ -176,13 +258,39 @@ def _option_from(task: str, i: int, o: Any) -> Option:
     _num(where, "d_j", opt.d_j, minimum=None)
     if opt.d_j < 0:
         raise ProblemError(f"{where}: dynamic energy d = {opt.d_j:.6g} J is negative (E < s·T)")
+    if not isinstance(opt.terms, LeafTerms):
+        raise ProblemError(f"{where}: terms must be LeafTerms, got {type(opt.terms).__name__}")
     if not opt.key:
-        opt = Option(opt.time_s, opt.s_w, opt.d_j, opt.var_time_s2, opt.var_d_j2, opt.omega,
-                     f"{task}#{i}", opt.label)
+        opt = replace(opt, key=f"{task}#{i}")
     if not opt.label:
-        opt = Option(opt.time_s, opt.s_w, opt.d_j, opt.var_time_s2, opt.var_d_j2, opt.omega,
-                     opt.key, opt.omega.label() if opt.omega != OperatingPoint() else f"#{i}")
+        opt = replace(opt, label=opt.omega.label() if opt.omega != OperatingPoint() else f"#{i}")
     return opt
+
+
+def _terms_from(where: str, o: Mapping) -> LeafTerms:
+    """Per-leaf terms of a mapping option (the form :meth:`LeafTerms.to_dict` writes)."""
+    raw = o.get("terms")
+    if raw is None:
+        if o.get("extra_var_time_s2") or o.get("extra_var_energy_j2"):
+            raise ProblemError(f"{where}: extra_var_* needs terms")
+        return LeafTerms()
+    if isinstance(raw, LeafTerms):
+        return raw
+    if not isinstance(raw, Mapping) or not raw:
+        raise ProblemError(f"{where}: terms must be a non-empty object keyed by measured leaf")
+    names = [f.name for f in fields(Term)]
+    terms = {}
+    for k, tv in raw.items():
+        if isinstance(tv, Term):
+            terms[str(k)] = tv
+            continue
+        if not isinstance(tv, Mapping) or set(tv) != set(names):
+            raise ProblemError(f"{where}: terms.{k} must be an object with exactly {names}")
+        vals = [_num(f"{where} terms.{k}", n, tv[n], minimum=0.0 if n.startswith("var") else None)
+                for n in names]
+        terms[str(k)] = Term(*vals)
+    return LeafTerms(terms, _num(where, "extra_var_time_s2", o.get("extra_var_time_s2", 0.0), minimum=None),
+                     _num(where, "extra_var_energy_j2", o.get("extra_var_energy_j2", 0.0), minimum=None))
 
 
 def _find_cycle(n: int, succ: list[list[int]]) -> list[int]:

@@ -13,6 +13,7 @@ import numpy as np
 
 from frontier.errors import FormatError
 from frontier.io import read_json, write_json_atomic
+from frontier.signature import Term, variances_from_terms
 
 from .model import Problem
 
@@ -42,9 +43,10 @@ class Plan:
     """A chosen operating point per task and what it costs.
 
     ``energy_j`` = ``static_busy_j + idle_j + dynamic_j + transition_j``; ``sd_*`` are the
-    delta-method σ over the distinct measurements used (a measurement used k times contributes
-    k²·var). ``lower_bound_j`` is a proven lower bound on the optimum at this deadline and
-    ``gap`` = (energy − bound)/energy (0 only when optimality is proven). ``status`` is
+    delta-method σ over the distinct measured leaves behind the chosen options (a leaf used k
+    times contributes k²·var; see :func:`plan_terms`), the σ ``frontier.dag`` gives for the
+    chosen signatures on the plan's schedule. ``lower_bound_j`` is a proven lower bound on the
+    optimum at this deadline and ``gap`` = (energy − bound)/energy (0 only when optimality is proven). ``status`` is
     ``optimal``, ``feasible`` (gap not closed) or ``time_limit``.
     """
 
@@ -178,22 +180,8 @@ def make_plan(problem: Problem, choice: Sequence[int], deadline_s: float, *, met
     trans = float(sum(ix.power[ix.device[i]] * tau[i] for i in range(ix.n))) + extra
     energy = static_busy + idle + dynamic + trans
 
-    # Delta method over distinct measurements: critical path uses set dM/dT.
     crit = _critical(ix, start, end, tau, mk)
-    d_t: dict[str, float] = {}
-    d_e_t: dict[str, float] = {}
-    d_e_d: dict[str, float] = {}
-    var: dict[str, tuple[float, float]] = {}
-    for i, o in enumerate(opts):
-        k = o.key
-        var[k] = (o.var_time_s2, o.var_d_j2)
-        d_e_d[k] = d_e_d.get(k, 0.0) + 1.0
-        d_e_t[k] = d_e_t.get(k, 0.0) + (o.s_w - ix.power[ix.device[i]])
-        if crit[i]:
-            d_t[k] = d_t.get(k, 0.0) + 1.0
-            d_e_t[k] += ix.p_total
-    var_t = sum(d_t.get(k, 0.0) ** 2 * v[0] for k, v in var.items())
-    var_e = sum(d_e_t[k] ** 2 * v[0] + d_e_d[k] ** 2 * v[1] for k, v in var.items())
+    var_t, var_e = plan_terms(problem, choice, crit).variances()
 
     tasks = tuple(
         TaskPlan(ix.names[i], ix.device[i], choice[i], opts[i].label, float(start[i]), float(end[i]),
@@ -208,6 +196,71 @@ def make_plan(problem: Problem, choice: Sequence[int], deadline_s: float, *, met
     return Plan(problem.name, method, status, float(deadline_s), float(mk), math.sqrt(var_t),
                 float(energy), math.sqrt(var_e), static_busy, idle, dynamic, trans, n_sw,
                 bound, gap, float(wall_s), tasks, dict(meta or {}))
+
+
+@dataclass(frozen=True)
+class PlanTerms:
+    """First-order sensitivities of a plan's makespan and energy to each distinct measured leaf
+    (``Term.dT_dT`` = ∂M/∂T_leaf, ``dE_dT`` = ∂E/∂T_leaf, ``dE_dd`` = ∂E/∂d_leaf), plus the
+    non-linear variance Clark-composed options add."""
+
+    terms: Mapping[str, Term]
+    extra_var_time_s2: float = 0.0
+    extra_var_energy_j2: float = 0.0
+
+    def variances(self) -> tuple[float, float]:
+        """(σ²_M, σ²_E) by the delta method (``frontier.signature.variances_from_terms``)."""
+        return variances_from_terms(self.terms, self.extra_var_time_s2, self.extra_var_energy_j2)
+
+
+def plan_terms(problem: Problem, choice: Sequence[int], path: Sequence[bool],
+               devices: Sequence[str] | None = None) -> PlanTerms:
+    """Per-leaf sensitivities of the energy of ``devices`` (all by default) and of the end of
+    ``path`` (one flag per task: the tasks of a chain that sets that end, e.g. the critical
+    path) under ``choice``.
+
+    First-order model, the plan's energy formula differentiated at the realised schedule: a
+    device's energy is Σ_i E_i + P_dev·(M − busy_dev − switch time), so a task's T moves its
+    own energy by ∂E_i, its device's idle time by −∂T_i, and, on the path, the makespan M
+    and with it every device's idle energy by P_total·∂T_i (for a subset of devices, by the
+    sum of their idle powers). Each option contributes through its leaves
+    (:attr:`solvers.model.Option.leaf_terms`), so a leaf shared by options is counted once
+    with the summed sensitivity: k uses of identical sensitivity give k²·var. The max in
+    each start time is linearised at the chain ``path`` follows; Clark's extra time variance
+    is added for options on the path and its extra energy variance for options on
+    ``devices``, as ``frontier.dag`` does.
+    """
+    ix = problem.index
+    devs = set(ix.devices if devices is None else devices)
+    p_path = sum(ix.power[d] for d in ix.devices if d in devs)   # ix.p_total's order when all
+    d_t: dict[str, float] = {}
+    d_e_t: dict[str, float] = {}
+    d_e_d: dict[str, float] = {}
+    var: dict[str, tuple[float, float]] = {}
+    extra_t = extra_e = 0.0
+    for i in range(ix.n):
+        o = problem.tasks[i].options[int(choice[i])]
+        mine = ix.device[i] in devs
+        if not (mine or path[i]):
+            continue
+        lt = o.leaf_terms
+        pw = ix.power[ix.device[i]]
+        for k, t in lt.items():
+            var[k] = (t.var_time_s2, t.var_d_j2)
+            d_e_t.setdefault(k, 0.0)
+            d_e_d.setdefault(k, 0.0)
+            if mine:
+                d_e_d[k] += t.dE_dd
+                d_e_t[k] += t.dE_dT - pw * t.dT_dT
+            if path[i]:
+                d_t[k] = d_t.get(k, 0.0) + t.dT_dT
+                d_e_t[k] += p_path * t.dT_dT
+        if mine:
+            extra_e += lt.extra_var_energy_j2
+        if path[i]:
+            extra_t += lt.extra_var_time_s2
+    terms = {k: Term(v[0], v[1], d_t.get(k, 0.0), d_e_t[k], d_e_d[k]) for k, v in var.items()}
+    return PlanTerms(terms, extra_t, extra_e)
 
 
 def _critical(ix, start: np.ndarray, end: np.ndarray, tau: np.ndarray, mk: float) -> list[bool]:
