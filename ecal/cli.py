@@ -3,7 +3,8 @@
 Exit codes scripts can rely on:
   0  success; every output file was written (a reader that stops early, e.g. ``| head -1``,
      changes neither the files nor the status)
-  1  ``ecal check`` found a composite whose measurement deviates from its prediction (Eq. 23)
+  1  ``ecal check`` found a composite whose measurement deviates from its prediction (Eq. 23),
+     or ``ecal check --pairs`` found a pair that must be characterized jointly
   2  bad input: unreadable or malformed file, bad or non-finite option value, unwritable output
      path, infeasible deadline, missing permission or device — a one-line error on stderr
      (argparse's own usage errors add a usage line); no output file is written and no earlier
@@ -98,11 +99,16 @@ work: a simulated kernel preset name (see --list), or module:function for a real
     _add_json(p)
 
     p = sub.add_parser("check", help="compare measured composites with predictions (Eq. 23)",
-                       formatter_class=fmt, epilog="example:\n  ecal check ecal/examples/h200_compositions.json\n"
-                                                   "exit status 1 when any composite is flagged")
-    p.add_argument("file", help="workbook with measured composites")
+                       formatter_class=fmt, epilog="examples:\n  ecal check ecal/examples/h200_compositions.json\n"
+                                                   "  ecal check --pairs ecal/examples/h200_pairs.json --seed 1\n"
+                                                   "exit status 1 when any composite is flagged "
+                                                   "(--pairs: when any pair must be characterized jointly)")
+    p.add_argument("file", help="workbook with measured composites (with --pairs: a pair workload)")
     p.add_argument("--alpha", type=float, default=0.05)
     p.add_argument("--bias-aware", action="store_true", help="accept the Eq. 13 bias bound as tolerance")
+    from .cmd_pairs import add_pairs_arguments
+
+    add_pairs_arguments(p)
     _add_json(p)
 
     for name, helptext in (("plan", "choose operating points under a deadline"),

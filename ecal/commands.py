@@ -96,7 +96,12 @@ def cmd_compose(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """``ecal check FILE``: Eq. 23 of each measured composite; exit 1 if any is flagged."""
+    """``ecal check FILE``: Eq. 23 of each measured composite; exit 1 if any is flagged.
+    With ``--pairs``: the context-insensitivity tests of a pair workload (:mod:`ecal.cmd_pairs`)."""
+    if getattr(args, "pairs", False):
+        from .cmd_pairs import cmd_check_pairs
+
+        return cmd_check_pairs(args)
     from frontier.io import load_workbook
 
     wb = load_workbook(args.file)
