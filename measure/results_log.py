@@ -4,9 +4,20 @@
 Lines are JSON objects with a ``kind``: ``"header"`` (what is measured, on what, how),
 ``"ready"`` (ready power at one ω_dev) or ``"point"`` (one signature, in the lossless codec of
 :mod:`frontier.pareto`: its name, exact variances and ``d_j``, so a resumed point equals the
-measured one bit for bit). A last line cut short by a kill is dropped (the file is truncated
-back to the last complete line) and that point is measured again; a malformed line anywhere
-else is an error naming the file and line.
+measured one bit for bit). A malformed line is an error naming the file and line.
+
+**Never change a file that is not ours.** A file is ours when its first record is a header this
+module writes (``format`` :data:`RESULTS_FORMAT`; or, from older writers, ``kind`` "header"
+with no ``format`` and their element, device and grid fields). An empty file is a new one.
+Anything else (text, JSON of another tool, binary: NUL bytes or invalid UTF-8, a file with no
+complete line) is a :class:`FormatError` "not an energy-calculus results file ...; refusing to
+change it", and the file is left byte for byte. A last line cut short by a kill (the bytes after
+the last newline) is dropped (truncated) by the writer, and that point measured again, only
+when it can be such a remnant (:func:`_torn_tail_ok`: printable ASCII, a prefix of how our
+records begin, or starting with it) and either (a) the file's complete lines are valid records
+under our header, or (b) the file has no complete line and its bytes are a prefix of our header
+line (a kill during the very first write). A complete last line is never dropped: a kill cannot
+leave one (the newline is the last byte written).
 
 **Identity.** The header records the element, the κ labels, the grid, the protocol
 (:meth:`~measure.protocol.Protocol.to_dict`), the device (``describe()``: name, UUID, driver,
@@ -27,13 +38,18 @@ missing fields cannot be checked. Their point records may lack a ``name``; the e
 point's key is used (older writers dropped it, so resumed points came back named
 ``signature``).
 
-One writer per file: :func:`results_lock` is the lock a sweep holds on ``<results>.lock``.
+One writer per file: :meth:`ResultsLog.open` locks the real path (``<real path>.lock``, which
+names the holder's PID) and the data file's inode (``flock``), so neither a symlink nor a hard
+link lets a second writer in (see :func:`_open_locked`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -43,7 +59,7 @@ from frontier.operating_point import OperatingPoint
 from frontier.signature import Signature
 
 from .device import DeviceError
-from .locks import ProcessLock
+from .locks import LockedError, ProcessLock
 
 RESULTS_FORMAT = "energy-calculus/results"
 #: 2: header with identity (uuid, driver, seed, host); points in the lossless codec.
@@ -85,9 +101,126 @@ def dev_key(omega: OperatingPoint) -> str:
 
 
 def results_lock(path: str | os.PathLike, doing: str = "") -> ProcessLock:
-    """The one-writer lock of results file ``path`` (on the sibling ``<path>.lock``, which
-    stays behind: it is only a rendezvous). Acquire it before opening the file."""
-    return ProcessLock(f"{os.fspath(path)}.lock", f"results file {os.fspath(path)}", doing)
+    """The lock naming the writer of results file ``path``: a :class:`ProcessLock` on
+    ``<real path>.lock`` (``os.path.realpath``, so a symlink or another spelling of the path
+    meets the same lock; the file stays behind, it is only a rendezvous). :meth:`ResultsLog.open`
+    takes it, then an ``flock`` on the data file itself."""
+    real = os.path.realpath(path)
+    what = f"results file {os.fspath(path)}" + (f" ({real})" if real != os.path.abspath(path) else "")
+    return ProcessLock(f"{real}.lock", what, doing)
+
+
+def _open_locked(path: Path, doing: str) -> tuple[int, ProcessLock]:
+    """Lock results file ``path`` for its one writer and return (its descriptor, the lock).
+
+    Two locks, because a file has many names. (1) :func:`results_lock`, on the real path: taken
+    before the file is created or read; it covers symlinks and other spellings of the path and
+    records this process's PID and what it does for the error a second writer gets. (2) An
+    ``flock`` on the data file's own descriptor, opened ``O_APPEND | O_CREAT`` (never
+    truncating, so opening changes nothing): it belongs to the inode, so it also covers hard
+    links and bind mounts, whose real paths differ and meet different ``.lock`` files. When
+    only (2) is held by another process, its PID is read from ``/proc/locks`` (Linux; else the
+    error says "another process"). The kernel drops both when the holder dies.
+    """
+    lock = results_lock(path, doing).acquire()
+    try:
+        real = os.path.realpath(path)
+        existed = os.path.lexists(real)
+        fd = os.open(real, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except BaseException:
+        lock.release()
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise FormatError(str(path), "content", "not a regular file; refusing to use it")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise LockedError(lock.what, _flock_holder(st), "through another name of this file "
+                              f"(same inode {st.st_ino})") from None
+        if not existed:        # make the new file's directory entry durable
+            _fsync_dir(os.path.dirname(real))
+    except BaseException:
+        os.close(fd)
+        lock.release()
+        raise
+    return fd, lock
+
+
+def _flock_holder(st: os.stat_result) -> int | None:
+    """PID of the process holding an flock on the file of ``st``, from ``/proc/locks``."""
+    dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as fh:
+            for row in fh:
+                f = row.split()
+                if len(f) >= 6 and f[1] == "FLOCK" and f[5] == dev and f[4] != str(os.getpid()):
+                    return int(f[4])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _fsync_dir(folder: str) -> None:
+    fd = os.open(folder or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_all(fd: int) -> bytes:
+    parts, off = [], 0
+    while chunk := os.pread(fd, 1 << 20, off):
+        parts.append(chunk)
+        off += len(chunk)
+    return b"".join(parts)
+
+
+def _header_record(header: Mapping[str, Any]) -> dict[str, Any]:
+    return {"kind": "header", "format": RESULTS_FORMAT, "version": RESULTS_VERSION,
+            **_normalized(dict(header))}
+
+
+#: How every header this module writes begins, and how every record begins.
+_HEADER_LEAD = json.dumps({"kind": "header", "format": RESULTS_FORMAT,
+                           "version": RESULTS_VERSION})[:-1].encode("ascii")
+_RECORD_LEAD = b'{"kind": "'
+#: Older headers (before ``format``) always held these fields.
+_V1_HEADER_FIELDS = ("element", "device", "grid")
+
+
+def _is_text(data: bytes) -> bool:
+    if b"\0" in data:
+        return False
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _is_our_header(rec: Any) -> bool:
+    """Whether ``rec`` (the first record of a file) is a header this tool writes: ``kind``
+    "header" and ``format`` :data:`RESULTS_FORMAT`, or, from writers before the ``format``
+    field, ``kind`` "header", no ``format`` and the fields they always wrote."""
+    if not isinstance(rec, dict) or rec.get("kind") != "header":
+        return False
+    if "format" in rec:
+        return rec["format"] == RESULTS_FORMAT
+    return all(f in rec for f in _V1_HEADER_FIELDS)
+
+
+def _torn_tail_ok(tail: bytes, lead: bytes) -> bool:
+    """Whether ``tail`` (the bytes after the last newline) can be what a kill left of a line
+    this module writes: printable ASCII (``json.dumps`` escapes everything else) that is a
+    prefix of ``lead`` or starts with it. After complete records ``lead`` is how every record
+    begins; in a file with no complete line it is how the header begins (a kill during the
+    very first write)."""
+    if any(b < 0x20 or b > 0x7E for b in tail):
+        return False
+    return lead.startswith(tail) or tail.startswith(lead)
 
 
 def _codec() -> tuple[Any, Any]:
@@ -109,7 +242,13 @@ def _normalized(o: Any) -> Any:
 
 
 class ResultsLog:
-    """Append-only JSON-lines store of measured points (``path=None``: in memory only)."""
+    """Append-only JSON-lines store of measured points.
+
+    ``ResultsLog(path)`` reads a file (``path=None``: in memory only) and never changes it: it
+    refuses one that is not an energy-calculus results file (:class:`FormatError`) and notes a
+    torn last line in ``dropped_partial_line``; it cannot append. :meth:`open` is the one
+    writer: it takes the file's locks, drops a torn last line and appends.
+    """
 
     def __init__(self, path: str | os.PathLike | None):
         self.path = Path(path) if path is not None else None
@@ -117,37 +256,95 @@ class ResultsLog:
         self.ready_w: dict[str, float] = {}
         self.header: dict[str, Any] | None = None
         self.dropped_partial_line = False
+        self._fd: int | None = None
+        self._locks: list[ProcessLock] = []
+        self._good_end = 0
         if self.path is not None and self.path.exists():
-            self._load()
+            self._good_end = self._load(self.path.read_bytes())
 
-    def _load(self) -> None:
-        assert self.path is not None
-        data = self.path.read_bytes()
-        good_end = 0
-        lines = data.split(b"\n")
-        complete = lines[:-1]      # the part after the last newline is incomplete (maybe empty)
-        for i, raw in enumerate(complete, start=1):
-            text = raw.decode("utf-8", errors="replace").strip()
-            if not text:
-                good_end += len(raw) + 1
-                continue
+    @classmethod
+    def open(cls, path: str | os.PathLike, doing: str = "") -> ResultsLog:
+        """Open ``path`` as its only writer (see :func:`results_lock`; close it, or use
+        ``with``). Raises :class:`~measure.locks.LockedError` naming the holder's PID when
+        another process writes it, :class:`FormatError` (file unchanged) when it is not an
+        energy-calculus results file; drops a torn last line."""
+        log = cls(None)
+        log.path = Path(path)
+        lock_file = results_lock(path).path
+        fresh_lock = not os.path.lexists(lock_file)
+        try:
+            log._fd, lock = _open_locked(log.path, doing)
+            log._locks.append(lock)
             try:
-                rec = json.loads(text)
-            except json.JSONDecodeError as exc:
-                if i == len(complete) and not lines[-1]:
-                    # the kill came after the newline of a torn write: treat as partial
-                    self.dropped_partial_line = True
-                    break
-                raise FormatError(str(self.path), f"line {i}", f"invalid JSON: {exc.msg}") from None
+                log._good_end = log._load(_read_all(log._fd))
+            except FormatError:
+                # leave nothing beside a refused file; the flock on the data file still
+                # excludes a writer that opened the lock file before this unlink
+                if fresh_lock:
+                    with contextlib.suppress(OSError):
+                        os.unlink(lock_file)
+                raise
+            if log.dropped_partial_line:
+                os.ftruncate(log._fd, log._good_end)
+                os.fsync(log._fd)
+        except BaseException:
+            log.close()
+            raise
+        return log
+
+    def close(self) -> None:
+        """Release the writer's locks (idempotent; a reader has none)."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)              # drops the flock on the data file
+        while self._locks:
+            self._locks.pop().release()
+
+    def __enter__(self) -> ResultsLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _not_ours(self, why: str) -> FormatError:
+        return FormatError(str(self.path), "content",
+                           f"not an energy-calculus results file ({why}); refusing to change it")
+
+    def _load(self, data: bytes) -> int:
+        """Take the records of ``data`` (the whole file); return where its complete lines end.
+        See :func:`_torn_tail_ok` for when an incomplete last line may be dropped."""
+        cut = data.rfind(b"\n") + 1
+        body, tail = data[:cut], data[cut:]
+        if not body:
+            if tail and not _torn_tail_ok(tail, _HEADER_LEAD):
+                raise self._not_ours("no complete line, and not the start of a header this "
+                                     "tool writes" if _is_text(tail) else "binary content")
+            self.dropped_partial_line = bool(tail)
+            return 0
+        if not _is_text(body):
+            raise self._not_ours("binary content")
+        recs: list[tuple[int, Any]] = []
+        lines = body.decode("utf-8").split("\n")[:-1]
+        n_lines = len(lines)
+        for i, raw in enumerate(lines, start=1):
+            if raw.strip():
+                try:
+                    recs.append((i, json.loads(raw)))
+                except json.JSONDecodeError as exc:
+                    raise FormatError(str(self.path), f"line {i}",
+                                      f"invalid JSON: {exc.msg}") from None
+        if not recs:
+            raise self._not_ours("no record")
+        if not _is_our_header(recs[0][1]):
+            raise self._not_ours(f"line {recs[0][0]} is not its header")
+        for i, rec in recs:
             self._take(rec, i)
-            good_end += len(raw) + 1
-        if lines[-1].strip() or good_end < len(data):
-            self.dropped_partial_line = True
-        if good_end < len(data):
-            with open(self.path, "r+b") as fh:
-                fh.truncate(good_end)
-                fh.flush()
-                os.fsync(fh.fileno())
+        if tail and not _torn_tail_ok(tail, _RECORD_LEAD):
+            raise FormatError(str(self.path), f"line {n_lines + 1}",
+                              "an incomplete last line that is not a record cut short by a kill; "
+                              "refusing to change the file")
+        self.dropped_partial_line = bool(tail)
+        return len(body)
 
     def _take(self, rec: Any, line: int) -> None:
         if not isinstance(rec, dict) or "kind" not in rec:
@@ -181,18 +378,12 @@ class ResultsLog:
         line = json.dumps(rec, allow_nan=False, default=str) + "\n"
         if self.path is None:
             return line
-        new = not self.path.exists()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(line)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if new:        # make the new file's directory entry durable too
-            fd = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        if self._fd is None:
+            raise RuntimeError(f"{self.path}: opened for reading; use ResultsLog.open to write")
+        data = line.encode("ascii")        # json.dumps escapes all non-ASCII
+        while data:                        # O_APPEND: every write lands at the end
+            data = data[os.write(self._fd, data):]
+        os.fsync(self._fd)
         return line
 
     def check_identity(self, now: Mapping[str, Any], protocol_defaults: Mapping[str, Any]) -> None:
@@ -222,8 +413,7 @@ class ResultsLog:
     def write_header(self, header: Mapping[str, Any]) -> None:
         """Record what is being swept (only when the file is new)."""
         if self.header is None:
-            self.header = {"kind": "header", "format": RESULTS_FORMAT, "version": RESULTS_VERSION,
-                           **_normalized(dict(header))}
+            self.header = _header_record(header)
             self._append(self.header)
 
     def add_ready(self, omega: OperatingPoint, power_w: float) -> None:

@@ -6,14 +6,15 @@ clocks stops for a κ (and the other knobs) once its energy has risen k times in
 (Perseus: past that, lower clocks are Pareto-inefficient).
 
 Resume is faithful: the results file (:mod:`measure.results_log`) keeps each point losslessly,
-one sweep at a time writes it (a lock on ``<results>.lock``), a file from another GPU, seed,
+one sweep at a time writes it (:meth:`~measure.results_log.ResultsLog.open`: a lock on the
+real path's ``.lock`` and an ``flock`` on the file itself, so symlinks and hard links do not
+let a second writer in; a file that is not a results file is refused, unchanged), a file from another GPU, seed,
 protocol or element is refused, and ``device.seed_point(key)`` before each measured point
 makes a simulated point depend on its key and the seed only.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import socket
 import sys
@@ -28,7 +29,7 @@ from frontier.signature import Signature
 from .device import Device, restoring
 from .grid import Grid, parse_grid
 from .protocol import Protocol, measure_point, measure_ready_power_w
-from .results_log import ResultsLog, dev_key, point_key, results_lock
+from .results_log import ResultsLog, dev_key, point_key
 
 
 @dataclass(frozen=True)
@@ -87,8 +88,8 @@ def sweep(device: Device, works: Mapping[str | None, Any], element: str,
     The grid is validated against the device (and its read-only guard) before anything
     changes; the device is restored afterwards on every exit path.
 
-    With ``results_path`` the sweep is the file's only writer (it holds ``<results>.lock``
-    throughout; a second process gets :class:`~measure.locks.LockedError` naming this one's
+    With ``results_path`` the sweep is the file's only writer (it holds the file's locks
+    throughout, whatever name it is reached by; a second process gets :class:`~measure.locks.LockedError` naming this one's
     PID), refuses a file from another measurement (:class:`~measure.results_log.
     ResultsMismatchError`) and resumes the points the file has. Before each measured point
     (and each ready-power calibration) it calls ``device.seed_point(key)``, so on the
@@ -103,10 +104,9 @@ def sweep(device: Device, works: Mapping[str | None, Any], element: str,
                          "power limits, whose ready power is calibrated per ω_dev")
     if early_stop_k is not None and early_stop_k < 1:
         raise ValueError(f"early_stop_k must be >= 1, got {early_stop_k}")
-    lock = (results_lock(results_path, f"sweep of {element} on {device.name}")
-            if results_path is not None else contextlib.nullcontext())
-    with lock:
-        log = ResultsLog(results_path)
+    log = (ResultsLog.open(results_path, f"sweep of {element} on {device.name}")
+           if results_path is not None else ResultsLog(None))
+    with log:
         header = {"element": element, "kappas": list(works), "grid": g.to_dict(),
                   "protocol": protocol.to_dict(), "device": device.describe(),
                   "host": socket.gethostname()}

@@ -8,6 +8,7 @@ holding the results file while a second sweep starts, and the CLI interrupted by
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from frontier.errors import EnergyCalculusError
+from frontier.errors import EnergyCalculusError, FormatError
 from frontier.pareto import signature_to_dict
 from measure import Protocol, SimulatedGPU, characterize, preset, sweep
 from measure.locks import LockedError
@@ -113,8 +114,8 @@ def test_interrupt_inside_a_point_then_resume_equals_uninterrupted(tmp_path, uni
     _assert_same(_run(path), uninterrupted)
 
 
-def _kill_mid_write(path, k):
-    """Fork a sweep that is SIGKILLed halfway through writing its k-th point record."""
+def _kill_mid_write(path, k, kind="point"):
+    """Fork a sweep that is SIGKILLed halfway through writing its k-th ``kind`` record."""
     pid = os.fork()
     if pid == 0:
         try:
@@ -122,7 +123,7 @@ def _kill_mid_write(path, k):
             real = ResultsLog._append
 
             def torn(self, rec):
-                if rec.get("kind") == "point":
+                if rec.get("kind") == kind:
                     n[0] += 1
                     if n[0] == k:
                         line = json.dumps(rec) + "\n"
@@ -249,8 +250,10 @@ def test_old_results_file_without_identity_or_names_is_resumed(tmp_path, uninter
         _run(path, protocol=Protocol(**{**FAST.to_dict(), "poll_s": 0.01}))
 
 
-def test_a_second_concurrent_sweep_on_one_results_file_is_refused(tmp_path):
-    path = tmp_path / "r.jsonl"
+@contextlib.contextmanager
+def _holding(path):
+    """A fork child sweeping into ``path``, paused after two points with its locks held;
+    yields its PID, then lets it finish and checks it exited 0."""
     ready_r, ready_w = os.pipe()
     go_r, go_w = os.pipe()
     pid = os.fork()
@@ -272,21 +275,191 @@ def test_a_second_concurrent_sweep_on_one_results_file_is_refused(tmp_path):
     os.close(go_r)
     try:
         assert os.read(ready_r, 1) == b"x"
+        yield pid
+    finally:
+        os.write(go_w, b"x")
+        _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+def _assert_one_sweep(path):
+    recs = [json.loads(x) for x in Path(path).read_text().splitlines()]
+    keys = [r["key"] for r in recs if r["kind"] == "point"]
+    assert [r["kind"] for r in recs].count("header") == 1 and len(keys) == len(set(keys)) == 10
+
+
+def test_a_second_concurrent_sweep_on_one_results_file_is_refused(tmp_path):
+    path = tmp_path / "r.jsonl"
+    with _holding(path) as pid:
         before = path.read_bytes()
         with pytest.raises(LockedError, match=f"process {pid}") as ei:
             characterize(_kernel(), device=SimulatedGPU(seed=SEED), grid=GRID, results_path=str(path),
                          protocol=FAST, name="gemm", progress=None)
         assert ei.value.holder_pid == pid and str(path) in str(ei.value)
         assert path.read_bytes() == before          # the second run read, wrote, truncated nothing
-    finally:
-        os.write(go_w, b"x")
-        _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
-    recs = [json.loads(x) for x in path.read_text().splitlines()]
-    keys = [r["key"] for r in recs if r["kind"] == "point"]
-    assert [r["kind"] for r in recs].count("header") == 1 and len(keys) == len(set(keys)) == 10
+    _assert_one_sweep(path)
     # the lock went with the holder: the file can be resumed now
     assert _run(path).resumed == 10
+
+
+def _alias(tmp_path, path, how):
+    if how == "symlink":
+        alias = tmp_path / "link.jsonl"
+        alias.symlink_to(path)
+    else:
+        folder = tmp_path / ("elsewhere" if how == "hard link in another folder" else ".")
+        folder.mkdir(exist_ok=True)
+        alias = folder / "hard.jsonl"
+        os.link(path, alias)
+    return alias
+
+
+@pytest.mark.parametrize("how", ["symlink", "hard link", "hard link in another folder"])
+def test_a_second_sweep_through_another_name_of_the_file_is_refused(tmp_path, how):
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b"")              # an empty file is a new results file (and can be linked)
+    alias = _alias(tmp_path, path, how)
+    with _holding(path) as pid:
+        before = path.read_bytes()
+        assert before.count(b"\"kind\": \"point\"") == 2
+        with pytest.raises(LockedError, match=f"process {pid}") as ei:
+            _run(alias)
+        assert ei.value.holder_pid == pid and str(alias) in str(ei.value)
+        assert path.read_bytes() == before
+    _assert_one_sweep(path)
+    assert _run(alias).resumed == 10
+
+
+def test_a_sweep_through_a_symlink_holds_the_real_files_lock(tmp_path):
+    path = tmp_path / "r.jsonl"
+    _alias(tmp_path, path, "symlink")            # dangling: the sweep creates its target
+    with _holding(tmp_path / "link.jsonl") as pid:
+        with pytest.raises(LockedError, match=f"process {pid}"):
+            _run(path)
+        assert Path(f"{os.path.realpath(path)}.lock").exists()
+        assert not (tmp_path / "link.jsonl.lock").exists()    # the lock is the real file's
+    _assert_one_sweep(path)
+
+
+# -- files that are not ours are never changed -------------------------------------------------------
+
+def _gz():
+    import gzip
+
+    return gzip.compress(b"my notes\n" * 50, mtime=0)
+
+
+NOT_OURS = {
+    "a note with no newline": b"my precious notes, no newline",
+    "a gzip file": _gz(),
+    "NUL bytes and a newline": b"\x00\x01\x02\nabc\n",
+    "invalid UTF-8 and a newline": b'{"kind": "header", "format": "energy-calculus/results"}\xff\n',
+    "text": b"notes\nmore notes\n",
+    "JSON lines of another tool": b'{"a": 1}\n{"a": 2}\n',
+    "another tool's header": b'{"kind": "header", "format": "other/results"}\n',
+    "a record but no header": b'{"kind": "ready", "omega_dev": "{}", "ready_power_w": 1.0}\n',
+    "blank lines only": b"\n\n",
+    "a torn record with no header": b'{"kind": "point", "key": "[',
+    "a JSON header with no newline, not ours": b'{"kind": "header", "format": "other"}',
+    "whitespace with no newline": b"   ",
+}
+
+
+@pytest.mark.parametrize("content", NOT_OURS.values(), ids=NOT_OURS.keys())
+def test_a_file_that_is_not_a_results_file_is_refused_and_left_unchanged(tmp_path, content):
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(FormatError) as ei:
+        _run(path, grid="sm_clock_mhz=1980")
+    assert isinstance(ei.value, EnergyCalculusError) and ei.value.file == str(path)
+    msg = str(ei.value)
+    assert str(path) in msg
+    assert ("not an energy-calculus results file" in msg and "refusing to change it" in msg
+            or "invalid JSON" in msg)
+    assert path.read_bytes() == content
+    assert sorted(os.listdir(tmp_path)) == ["r.jsonl"]       # no lock file left beside it
+    with pytest.raises(FormatError):
+        ResultsLog(path)                            # the reader refuses it too
+    assert path.read_bytes() == content
+
+
+def test_binary_and_foreign_files_get_the_not_ours_message(tmp_path):
+    for name in ("a note with no newline", "a gzip file", "NUL bytes and a newline",
+                 "invalid UTF-8 and a newline", "another tool's header", "a record but no header"):
+        path = tmp_path / "r.jsonl"
+        path.write_bytes(NOT_OURS[name])
+        with pytest.raises(FormatError, match="not an energy-calculus results file.*refusing to "
+                                              "change it"):
+            _run(path, grid="sm_clock_mhz=1980")
+
+
+@pytest.mark.parametrize("tail", [b"\x00\x00\x00", b"\xff\xfe", b"notes", b"\t{\"kind\": "])
+def test_a_tail_that_no_kill_of_ours_leaves_is_refused_on_our_file(tmp_path, tail):
+    path = tmp_path / "r.jsonl"
+    _run(path, grid="sm_clock_mhz=1980")
+    path.write_bytes(path.read_bytes() + tail)
+    before = path.read_bytes()
+    with pytest.raises(FormatError, match="line 4: an incomplete last line that is not a record"):
+        _run(path, grid="sm_clock_mhz=1980")
+    assert path.read_bytes() == before
+
+
+def test_a_complete_invalid_last_line_is_an_error_not_dropped(tmp_path):
+    path = tmp_path / "r.jsonl"
+    _run(path, grid="sm_clock_mhz=1980")
+    path.write_bytes(path.read_bytes() + b'{"kind": "point", "ke\n')
+    before = path.read_bytes()
+    with pytest.raises(FormatError, match="line 4: invalid JSON"):
+        _run(path, grid="sm_clock_mhz=1980")
+    assert path.read_bytes() == before
+
+
+def test_cli_refuses_a_file_that_is_not_ours_with_exit_2(tmp_path, monkeypatch, capsys):
+    from ecal.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ECAL_STATE_DIR", str(tmp_path / "state"))
+    for name, content in (("nn.txt", NOT_OURS["a note with no newline"]), ("n.gz", _gz())):
+        Path(name).write_bytes(content)
+        assert main(["characterize", "gemm_bf16_8192", "--grid", "sm_clock_mhz=1980",
+                     "--results", name]) == 2
+        err = capsys.readouterr().err
+        assert f"{name}: content: not an energy-calculus results file" in err, err
+        assert "refusing to change it" in err and len(err.strip().splitlines()) == 1
+        assert Path(name).read_bytes() == content
+
+
+def test_an_empty_existing_file_is_a_new_results_file(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b"")
+    res = _run(path, grid="sm_clock_mhz=1980")
+    assert res.measured == 1 and res.meta["dropped_partial_line"] is False
+    assert json.loads(path.read_text().splitlines()[0])["format"] == "energy-calculus/results"
+
+
+@pytest.mark.parametrize("cut", [1, 5, 30, 60, -1])
+def test_a_kill_during_the_first_write_leaves_a_header_prefix_that_is_dropped(tmp_path, cut):
+    path = tmp_path / "r.jsonl"
+    ref = tmp_path / "ref.jsonl"
+    _run(ref, grid="sm_clock_mhz=1980")
+    head = ref.read_bytes().split(b"\n")[0]          # the header line as we write it, no newline
+    path.write_bytes(head[:cut] if cut > 0 else head)
+    assert ResultsLog(path).dropped_partial_line is True
+    assert path.read_bytes() == (head[:cut] if cut > 0 else head)   # the reader changes nothing
+    res = _run(path, grid="sm_clock_mhz=1980")
+    assert res.meta["dropped_partial_line"] is True and res.measured == 1
+    assert path.read_bytes().split(b"\n")[0] == head
+    _assert_same(res, _run(grid="sm_clock_mhz=1980"))
+
+
+def test_kill_in_the_first_write_of_a_real_sweep_then_resume_equals_uninterrupted(tmp_path, uninterrupted):
+    path = tmp_path / "r.jsonl"
+    _kill_mid_write(path, 1, kind="header")
+    data = path.read_bytes()
+    assert data and b"\n" not in data                 # a header prefix, nothing else
+    res = _run(path)
+    assert res.meta["dropped_partial_line"] is True and res.measured == 10
+    _assert_same(res, uninterrupted)
 
 
 def test_point_keys_are_stable():
