@@ -173,29 +173,32 @@ def cmd_characterize(args: argparse.Namespace) -> int:
         # appended to, never replaced; checked now so a bad path fails before any device work
         check_output_path(args.results, "--results")
     device = measure.open_device(args.device, read_only=args.read_only, seed=args.seed)
-    work = measure.resolve_work(args.work, device)
-    if callable(work) and ":" in args.work:
-        work = _reported(work, args.work)
-    grid = args.grid
-    if grid is None:
-        grid = "sm_count=132:4:-16" if args.read_only else DEFAULT_GRID
-    progress = None if args.json else survive_broken_pipe(measure.print_progress)
-    res = measure.characterize(work, device=device, grid=grid, results_path=args.results,
-                               protocol=measure.Protocol(target_rse=args.target_rse),
-                               progress=progress)
-    where = "simulated H200" if res.simulated else str(res.meta.get("device", args.device))
-    out = Outputs()
-    if args.output:
-        out.custom(args.output, lambda tmp: res.save(tmp))
-    if args.plot:
-        from frontier.plot import plot_frontier
+    try:
+        work = measure.resolve_work(args.work, device)
+        if callable(work) and ":" in args.work:
+            work = _reported(work, args.work)
+        grid = args.grid
+        if grid is None:
+            grid = "sm_count=132:4:-16" if args.read_only else DEFAULT_GRID
+        progress = None if args.json else survive_broken_pipe(measure.print_progress)
+        res = measure.characterize(work, device=device, grid=grid, results_path=args.results,
+                                   protocol=measure.Protocol(target_rse=args.target_rse),
+                                   progress=progress)
+        where = "simulated H200" if res.simulated else str(res.meta.get("device", args.device))
+        out = Outputs()
+        if args.output:
+            out.custom(args.output, lambda tmp: res.save(tmp))
+        if args.plot:
+            from frontier.plot import plot_frontier
 
-        out.figure(args.plot, plot_frontier(list(res.signatures),
-                                            title=f"{res.element} on {where}: achievable set and frontier"))
-    head = (f"{res.element} on {where}: {len(res.signatures)} point(s) measured, "
-            f"{len(res.frontier_signatures())} on the (T, E) frontier")
-    return _finish(args, out, res.to_dict,
-                   lambda: head if res.frontier is None else f"{head}\n{res.frontier.to_table()}")
+            out.figure(args.plot, plot_frontier(list(res.signatures),
+                                                title=f"{res.element} on {where}: achievable set and frontier"))
+        head = (f"{res.element} on {where}: {len(res.signatures)} point(s) measured, "
+                f"{len(res.frontier_signatures())} on the (T, E) frontier")
+        return _finish(args, out, res.to_dict,
+                       lambda: head if res.frontier is None else f"{head}\n{res.frontier.to_table()}")
+    finally:
+        device.close()      # releases the GPU's lock now, not in a finalizer a Ctrl-C can hit
 
 
 class WorkFailedError(Exception):

@@ -9,9 +9,14 @@ refused with that process's PID. Opening a GPU for changes (``ecal characterize 
 nvml:N``) does the same recovery first; this command is for when that open refused, or to
 clean up without measuring.
 
+Every journalled setting is tried, also after another one failed: each one put back leaves
+the journal, the ones that failed stay in it, and the output says per setting which is which.
+Stale temp files of journal writers killed mid-write are removed (under the GPU's lock).
+
 Wire it as ``commands.cmd_restore = recovery.cmd_restore``. Exit 0 when everything found was
-restored, or there was nothing to do; a failure raises :class:`~measure.device.DeviceError`
-(the CLI prints it in one line and exits 2) after printing what was restored.
+restored, or there was nothing to do; a failure (a setting not restored, a GPU in use, or a
+``--device nvml:N`` that NVML does not have) raises :class:`~measure.device.DeviceError` (the
+CLI prints it in one line and exits 2) after printing what was restored.
 """
 
 from __future__ import annotations
@@ -54,47 +59,59 @@ def _load_nvml(nvml: Any) -> Any:
 
 def cmd_restore(args: argparse.Namespace, nvml: Any = None) -> int:
     """Restore the GPU ``args.device`` (``nvml:N``), or every GPU with a journal when it is
-    None; print what was put back (``--json``: a JSON document). ``nvml``: an injected
+    None; print, per setting, what was put back and what was not (``--json``: a JSON
+    document). Every journalled setting is tried, also after one fails. ``nvml``: an injected
     pynvml-like module (tests)."""
     from measure import journal as jr
     from measure.locks import lock_dir
-    from measure.nvml import NVMLDevice, RestoreFailedError
 
-    nv = _load_nvml(nvml)
     wanted = None if getattr(args, "device", None) is None else _index_of(args.device)
     journals = jr.list_journals()
-    restored: list[dict[str, Any]] = []
-    skipped: list[dict[str, Any]] = []
-    failed: list[dict[str, Any]] = []
-    if journals:
+    temps = sorted(lock_dir().glob("*.journal.json.*tmp"))
+    doc: dict[str, Any] = {"restored": [], "skipped": [], "failed": [], "temp_files_removed": [],
+                           "journal_dir": str(lock_dir())}
+    if journals or temps or wanted is not None:
+        nv = _load_nvml(nvml)
         try:
             nv.nvmlInit()
         except nv.NVMLError as exc:
-            raise DeviceError(f"NVML is not usable here ({exc}); "
-                              f"{len(journals)} journal(s) wait in {lock_dir()}") from None
+            waiting = f"{len(journals)} journal(s) wait in {lock_dir()}" if journals else \
+                f"cannot look for nvml:{wanted}"
+            raise DeviceError(f"NVML is not usable here ({exc}); {waiting}") from None
         try:
             by_uuid = _uuid_indices(nv)
+            _check_wanted(wanted, by_uuid)
             for path in journals:
-                _restore_one(path, by_uuid, wanted, nv, NVMLDevice, RestoreFailedError,
-                             restored, skipped, failed)
+                _restore_one(path, by_uuid, wanted, nv, doc)
+            _clean_temps(temps, journals, by_uuid, wanted, nv, doc)
         finally:
             nv.nvmlShutdown()
-    doc = {"restored": restored, "skipped": skipped, "failed": failed, "journal_dir": str(lock_dir())}
+        doc["temp_files_removed"] = [str(t) for t in temps if not t.exists()]
     if getattr(args, "json", False):
         print(json.dumps(doc, indent=2))
     else:
         for line in _lines(doc, wanted):
             print(line)
-    if failed:
-        first = failed[0]
-        raise DeviceError(f"{len(failed)} GPU(s) not restored; {first['uuid']}: "
+    if doc["failed"]:
+        first = doc["failed"][0]
+        raise DeviceError(f"{len(doc['failed'])} GPU(s) not fully restored; {first['uuid']}: "
                           f"{first['error']}")
     return 0
 
 
-def _restore_one(path: Any, by_uuid: dict[str, int], wanted: int | None, nv: Any, device_cls: Any,
-                 restore_failed: type, restored: list, skipped: list, failed: list) -> None:
+def _check_wanted(wanted: int | None, by_uuid: dict[str, int]) -> None:
+    """A ``--device nvml:N`` that NVML does not have is an error, not "nothing to restore"."""
+    if wanted is None or wanted in by_uuid.values():
+        return
+    n = len(by_uuid)
+    seen = f"nvml:0..nvml:{n - 1}" if n > 1 else ("nvml:0" if n == 1 else "none")
+    raise DeviceError(f"--device nvml:{wanted}: no such GPU; NVML sees {n} GPU(s) ({seen})")
+
+
+def _restore_one(path: Any, by_uuid: dict[str, int], wanted: int | None, nv: Any,
+                 doc: dict[str, Any]) -> None:
     from measure import journal as jr
+    from measure.nvml import NVMLDevice, RestoreFailedError
 
     try:
         rec = jr.read_journal(path)
@@ -107,25 +124,66 @@ def _restore_one(path: Any, by_uuid: dict[str, int], wanted: int | None, nv: Any
     if index is None:
         entry = {"uuid": uuid, "journal": str(path)}
         if host and host != socket.gethostname():
-            skipped.append({**entry, "reason": f"written on host {host}; this GPU is not here"})
+            doc["skipped"].append({**entry, "reason": f"written on host {host}; this GPU is not here"})
         else:
-            failed.append({**entry, "error": "no GPU with this UUID on this host (journal kept)"})
+            doc["failed"].append({**entry, "error": "no GPU with this UUID on this host "
+                                                    "(journal kept)"})
         return
     try:
         # Opening for changes takes the GPU's lock and restores from the journal (measure.nvml).
-        dev = device_cls(index=index, nvml=nv, announce=False)
-    except restore_failed as exc:
-        failed.append({"uuid": uuid, "device": f"nvml:{index}",
-                       "error": str(exc.cause or exc) + " (journal kept)"})
+        dev = NVMLDevice(index=index, nvml=nv, announce=False)
+    except RestoreFailedError as exc:
+        doc["failed"].append(_partial(uuid, index, exc))
         return
     except DeviceError as exc:   # LockedError: a live process holds it
-        failed.append({"uuid": uuid, "device": f"nvml:{index}", "error": str(exc)})
+        doc["failed"].append({"uuid": uuid, "device": f"nvml:{index}", "error": str(exc),
+                              "restored": [], "not_restored": []})
         return
     try:
         if dev.recovered is not None:
-            restored.append(dev.recovered.to_dict())
+            doc["restored"].append(dev.recovered.to_dict())
     finally:
         dev.close()
+
+
+def _partial(uuid: str, index: int, exc: Any) -> dict[str, Any]:
+    """The ``failed`` entry of a GPU whose recovery put back some settings and not others."""
+    rec = exc.recovery
+    if rec is None:
+        return {"uuid": uuid, "device": f"nvml:{index}", "restored": [], "not_restored": [],
+                "error": str(exc.cause or exc) + " (journal kept)"}
+    d = rec.to_dict()
+    first = d["not_restored"][0]
+    d["error"] = f"{first['restore']}: {first['error']} (journal kept)"
+    return d
+
+
+def _clean_temps(temps: list[Any], journals: list[Any], by_uuid: dict[str, int],
+                 wanted: int | None, nv: Any, doc: dict[str, Any]) -> None:
+    """Remove stale journal temp files of GPUs here that have no journal (a writer killed
+    while writing a first entry): open each such GPU (taking its lock) and close it. A GPU
+    in use is left alone: its temp file may be its live writer's."""
+    from measure import journal as jr
+    from measure.locks import LockedError
+    from measure.nvml import NVMLDevice
+
+    with_journal = {p.name for p in journals}
+    names = {t.name.split(".journal.json.", 1)[0] for t in temps}
+    for uuid, index in sorted(by_uuid.items(), key=lambda kv: kv[1]):
+        safe = jr.safe_name(uuid)
+        if safe not in names or f"{safe}.journal.json" in with_journal:
+            continue
+        if wanted is not None and index != wanted:
+            continue
+        try:
+            dev = NVMLDevice(index=index, nvml=nv, announce=False)
+        except LockedError:
+            continue
+        try:
+            if dev.recovered is not None:      # a journal appeared meanwhile
+                doc["restored"].append(dev.recovered.to_dict())
+        finally:
+            dev.close()
 
 
 def _lines(doc: dict[str, Any], wanted: int | None) -> list[str]:
@@ -137,8 +195,15 @@ def _lines(doc: dict[str, Any], wanted: int | None) -> list[str]:
     for s in doc["skipped"]:
         lines.append(f"skipped {s['uuid']}: {s['reason']}")
     for f in doc["failed"]:
-        lines.append(f"NOT restored {f['uuid']}{' (' + f['device'] + ')' if 'device' in f else ''}: "
-                     f"{f['error']}")
+        where = f" ({f['device']})" if "device" in f else ""
+        if f.get("restored"):
+            lines.append(f"restored {f['uuid']}{where}: {', '.join(f['restored'])}")
+        if f.get("not_restored"):
+            for n in f["not_restored"]:
+                lines.append(f"NOT restored {f['uuid']}{where}: {n['restore']}: {n['error']} "
+                             "(journal kept)")
+        else:
+            lines.append(f"NOT restored {f['uuid']}{where}: {f['error']}")
     if not lines:
         what = f"nvml:{wanted}" if wanted is not None else "any GPU"
         lines.append(f"nothing to restore: no settings left changed on {what} "

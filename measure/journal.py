@@ -20,6 +20,8 @@ changed is harmless) and removed only after its restore succeeded; the file is d
 no entry is left. A rename is atomic, so a reader sees the old or the new journal, never a
 torn one; a journal that cannot be parsed anyway (a disk error, a hand edit) reads as
 :class:`CorruptJournalError`, and recovery then resets every setting to the driver default.
+A writer killed mid-write leaves its temp file ``NAME.PID.tmp``; the next holder of the GPU's
+lock removes it (:func:`remove_stale_temp_files`) when its writer is gone.
 """
 
 from __future__ import annotations
@@ -96,6 +98,11 @@ class JournalRecord:
             return False
         return pid_alive(self.pid)
 
+    def without(self, settings: Any) -> JournalRecord:
+        """This record less the entries of ``settings`` (those restored)."""
+        gone = set(settings)
+        return replace(self, entries={k: v for k, v in self.entries.items() if k not in gone})
+
     def ordered(self) -> list[JournalEntry]:
         """Entries in restore order (clock locks, then the power limit)."""
         return [self.entries[s] for s in SETTINGS if s in self.entries]
@@ -150,9 +157,15 @@ def list_journals(directory: str | os.PathLike | None = None) -> list[Path]:
     return sorted(d.glob("*.journal.json"))
 
 
+def temp_path(path: Path, pid: int | None = None) -> Path:
+    """The temp file a writer with ``pid`` (default: this process) fills before renaming it to
+    ``path``: ``NAME.PID.tmp``, so a leftover names the writer it belonged to."""
+    return path.with_name(f"{path.name}.{os.getpid() if pid is None else int(pid)}.tmp")
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Replace ``path`` by ``text`` durably: temp file, fsync, rename, fsync of the folder."""
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = temp_path(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.write(fd, text.encode())
@@ -161,6 +174,71 @@ def write_atomic(path: Path, text: str) -> None:
         os.close(fd)
     os.replace(tmp, path)
     _fsync_dir(path.parent)
+
+
+def stale_temp_files(uuid: str, directory: str | os.PathLike | None = None) -> list[Path]:
+    """Temp files of GPU ``uuid``'s journal left by writers that were killed mid-write.
+
+    A temp file is stale when its writer (the PID in its name) no longer runs, or when it is
+    older than the journal (a later write of the journal superseded it). One without a PID in
+    its name (``NAME.tmp``, from an older ecal) names no writer: it is stale only when older
+    than the journal, or when there is no journal. A live writer's temp file (this process's
+    included) that is not older than the journal is never stale. Call this while holding the
+    GPU's lock: every writer of that journal held it, so none can be mid-write meanwhile."""
+    journal = path_for(uuid, directory)
+    try:
+        journal_mtime: float | None = journal.stat().st_mtime
+    except OSError:
+        journal_mtime = None
+    stale = []
+    # a safe name holds no glob metacharacters
+    for tmp in sorted(journal.parent.glob(journal.name + ".*tmp")):
+        pid = _writer_pid(journal.name, tmp.name)
+        if pid is False:
+            continue           # not one of ours (another suffix)
+        try:
+            mtime = tmp.stat().st_mtime
+        except OSError:
+            continue           # gone meanwhile
+        older = journal_mtime is not None and mtime < journal_mtime
+        if pid is None:
+            dead = journal_mtime is None
+        else:
+            dead = pid != os.getpid() and not pid_alive(pid)
+        if older or dead:
+            stale.append(tmp)
+    return stale
+
+
+def remove_stale_temp_files(uuid: str, directory: str | os.PathLike | None = None) -> list[Path]:
+    """Delete :func:`stale_temp_files` (call it holding the GPU's lock); returns those removed."""
+    removed = []
+    for tmp in stale_temp_files(uuid, directory):
+        try:
+            tmp.unlink()
+        except FileNotFoundError:
+            continue
+        removed.append(tmp)
+    if removed:
+        _fsync_dir(removed[0].parent)
+    return removed
+
+
+def _writer_pid(journal_name: str, tmp_name: str) -> int | None | bool:
+    """The PID in ``JOURNAL.PID.tmp``; None for ``JOURNAL.tmp``; False for anything else."""
+    rest = tmp_name[len(journal_name):]
+    if rest == ".tmp":
+        return None
+    m = re.fullmatch(r"\.(\d+)\.tmp", rest)
+    return int(m.group(1)) if m else False
+
+
+def save_record(path: Path, record: JournalRecord) -> None:
+    """Write ``record`` to ``path`` durably, or delete ``path`` when it has no entry left."""
+    if record.entries:
+        write_atomic(path, json.dumps(record.to_dict(), indent=1) + "\n")
+    else:
+        remove_durably(path)
 
 
 def remove_durably(path: Path) -> None:
@@ -252,8 +330,5 @@ class DeviceJournal:
 
     def _commit(self, entries: dict[str, JournalEntry]) -> None:
         rec = replace(self._record, pid=os.getpid(), entries=entries)
-        if entries:
-            write_atomic(self.path, json.dumps(rec.to_dict(), indent=1) + "\n")
-        else:
-            remove_durably(self.path)
+        save_record(self.path, rec)
         self._record = rec

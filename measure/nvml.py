@@ -89,11 +89,14 @@ class GpuLostError(DeviceError):
 
 
 class RestoreFailedError(DeviceError):
-    """Settings left by an earlier process could not be restored (``cause``: the NVML error);
-    the journal is kept for ``ecal restore``."""
+    """Settings left by an earlier process could not all be restored (``cause``: the first
+    NVML error; ``recovery``: per setting, what was put back and what was not). The journal
+    keeps only the settings that failed, for ``ecal restore``."""
 
-    def __init__(self, message: str, cause: DeviceError | None = None):
+    def __init__(self, message: str, cause: DeviceError | None = None,
+                 recovery: Recovery | None = None):
         self.cause = cause
+        self.recovery = recovery
         super().__init__(message)
 
 
@@ -108,19 +111,37 @@ class Recovery:
     host: str
     writer_alive: bool
     corrupt: bool
+    #: Settings that could not be put back: (setting, what restoring it does, the error).
+    failed: tuple[tuple[str, str, str], ...] = ()
+
+    def left_by(self) -> str:
+        """Who left the GPU changed, for messages."""
+        if self.corrupt:
+            return "an unreadable journal"
+        return f"process {self.pid} on {self.host}" + ("" if self.writer_alive
+                                                       else " (no longer running)")
 
     def summary(self) -> str:
-        """One line: which GPU, what was put back, who left it."""
-        who = "an unreadable journal" if self.corrupt else (
-            f"process {self.pid} on {self.host}" + ("" if self.writer_alive else " (no longer running)"))
-        return (f"restored {self.uuid} (nvml:{self.index}) left changed by {who}: "
-                f"{', '.join(self.restored)}")
+        """One line: which GPU, what was put back, what was not, who left it."""
+        done = ", ".join(self.restored) if self.restored else "nothing"
+        line = f"restored {self.uuid} (nvml:{self.index}) left changed by {self.left_by()}: {done}"
+        if self.failed:
+            line += "; NOT restored: " + "; ".join(f"{what} ({err})" for _, what, err in self.failed)
+        return line
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready description."""
         return {"uuid": self.uuid, "device": f"nvml:{self.index}", "restored": list(self.restored),
+                "not_restored": [{"setting": s, "restore": what, "error": err}
+                                 for s, what, err in self.failed],
                 "left_by_pid": self.pid, "left_on_host": self.host,
                 "writer_alive": self.writer_alive, "journal_corrupt": self.corrupt}
+
+
+def _release_at_gc(lock: ProcessLock) -> None:
+    """Release a dropped device's GPU lock with termination signals held back."""
+    with shielded():
+        lock.release()
 
 
 def _load_pynvml() -> Any:
@@ -215,6 +236,8 @@ class NVMLDevice(Device):
         self._cuda_index = cuda_index
         self._journal: jr.DeviceJournal | None = None
         self._lock: ProcessLock | None = None
+        self._lock_finalizer: weakref.finalize | None = None
+        self.removed_temp_files: tuple[Any, ...] = ()
         self._atexit_armed = False
         self._closed = False
         self.recovered: Recovery | None = None
@@ -245,20 +268,31 @@ class NVMLDevice(Device):
             self._lock = ProcessLock(lock_dir() / f"{jr.safe_name(self.uuid)}.lock",
                                      f"GPU {self.uuid} (nvml:{self.index})",
                                      ' '.join(sys.argv)[:200]).acquire()
-            weakref.finalize(self, self._lock.release)
-            self.recovered = self._recover()
+            # Only for a device dropped without close(); close() detaches it, so no lock code
+            # runs from the garbage collector, where a Ctrl-C would be "Exception ignored".
+            self._lock_finalizer = weakref.finalize(self, _release_at_gc, self._lock)
+            try:
+                self.recovered = self._recover()
+            finally:    # temp files of writers killed mid-write (we hold the lock: none is live)
+                self.removed_temp_files = tuple(jr.remove_stale_temp_files(self.uuid))
             if self.recovered is not None and announce:
                 print(f"ecal: {self.recovered.summary()}", file=sys.stderr, flush=True)
             self._journal = jr.DeviceJournal(self.uuid, self.index, self.model)
         self._original_limit_mw = self._call("nvmlDeviceGetPowerManagementLimit", self.handle)
 
     def _release(self) -> None:
-        if self._lock is not None:
-            self._lock.release()
+        self._release_lock()
         try:
             self.nvml.nvmlShutdown()
         except Exception:   # noqa: BLE001 - best effort while an open is failing
             pass
+
+    def _release_lock(self) -> None:
+        if self._lock_finalizer is not None:
+            self._lock_finalizer.detach()
+        if self._lock is not None:
+            with shielded():
+                self._lock.release()
 
     # -- NVML calls with typed errors and retries ---------------------------------------------
     def _call(self, fn: str, *args: Any) -> Any:
@@ -330,32 +364,50 @@ class NVMLDevice(Device):
 
     def _recover(self) -> Recovery | None:
         """Restore from a journal left by an earlier holder of this GPU (we hold its lock, so
-        that process has died or closed it). Raises :class:`RestoreFailedError`."""
+        that process has died or closed it). Every setting is tried; each one put back leaves
+        the journal at once, the ones that failed stay in it. Raises
+        :class:`RestoreFailedError` (with the per-setting :class:`Recovery`) if any failed."""
         path = jr.path_for(self.uuid)
         if not path.exists():
             return None
         try:
-            rec: jr.JournalRecord | None = jr.read_journal(path)
-            entries = rec.ordered()
+            rec = jr.read_journal(path)
         except jr.CorruptJournalError:
             # Unknown what was changed: put everything back to the driver defaults.
-            rec, entries = None, [jr.JournalEntry(s) for s in jr.SETTINGS]
+            rec, corrupt = jr.JournalRecord(self.uuid, self.index, self.model, entries={
+                s: jr.JournalEntry(s) for s in jr.SETTINGS}), True
+        else:
+            corrupt = False
         done: list[str] = []
+        failed: list[tuple[str, str, str]] = []
+        first: DeviceError | None = None
         with shielded():
-            for e in entries:
+            for e in rec.ordered():
                 try:
                     done.append(self._undo(e))
                 except DeviceError as exc:
-                    who = f"process {rec.pid}" if rec else "an earlier process (unreadable journal)"
-                    raise RestoreFailedError(
-                        f"{self.model} (nvml:{self.index}, {self.uuid}) was left changed by {who} "
-                        f"and restoring it failed ({exc}); run `ecal restore --device "
-                        f"nvml:{self.index}` (as root)", exc) from None
-            jr.remove_durably(path)
-        if not done:
+                    failed.append((e.setting, e.describe(), str(exc)))
+                    first = first or exc
+                    continue
+                rec = rec.without([e.setting])
+                if not corrupt:
+                    jr.save_record(path, rec)      # this one is back: never redo it
+            if corrupt:
+                jr.save_record(path, rec)          # a readable journal of what still failed
+        if not done and not failed:
+            jr.remove_durably(path)                # a journal with no entry left
             return None
-        return Recovery(self.uuid, self.index, tuple(done), rec.pid if rec else None,
-                        rec.host if rec else "", rec.writer_alive() if rec else False, rec is None)
+        recovery = Recovery(self.uuid, self.index, tuple(done), None if corrupt else rec.pid,
+                            "" if corrupt else rec.host, False if corrupt else rec.writer_alive(),
+                            corrupt, tuple(failed))
+        if failed:
+            put_back = f"put back {', '.join(done)}; " if done else ""
+            raise RestoreFailedError(
+                f"{self.model} (nvml:{self.index}, {self.uuid}) was left changed by "
+                f"{recovery.left_by()}: {put_back}NOT restored "
+                + "; ".join(f"{what} ({err})" for _, what, err in failed)
+                + f"; run `ecal restore --device nvml:{self.index}` (as root)", first, recovery)
+        return recovery
 
     def _undo(self, e: jr.JournalEntry) -> str:
         """Put one journalled setting back; returns what was done (for messages)."""
@@ -654,6 +706,5 @@ class NVMLDevice(Device):
         finally:
             self._closed = True
             self._disarm_atexit()
-            if self._lock is not None:
-                self._lock.release()
+            self._release_lock()
             self._call("nvmlShutdown")

@@ -644,3 +644,217 @@ def test_restoring_notes_a_failed_restore_on_the_users_error(tmp_path):
     del fake.gpu.fail["nvmlDeviceResetGpuLockedClocks"]
     dev.close()
     assert_as_found(card)
+
+
+# -- a restore from the journal tries every setting (issue 18, acceptance defect A) -----------
+
+def _killed_with_all_three_changed(card: Card) -> None:
+    _killed_mid_sweep(card)
+    assert set(jr.read_journal(card.journal()).entries) == {
+        "power_limit", "mem_locked_clocks", "gpu_locked_clocks"}
+    s = card.settings()
+    assert s["limit_mw"] != FOUND["limit_mw"] and s["locked_sm"] and s["locked_mem"]
+
+
+def _failing_mem_reset(card: Card):
+    fake = card.fake()
+    fake.fail_calls("nvmlDeviceResetMemoryLockedClocks", fake.NVML_ERROR_UNKNOWN, count=10_000)
+    return fake
+
+
+def _only_mem_lock_left(card: Card, left_by_pid: int) -> None:
+    s = card.settings()
+    assert s["limit_mw"] == FOUND["limit_mw"] and s["locked_sm"] is None and s["locked_mem"]
+    rec = jr.read_journal(card.journal())
+    assert list(rec.entries) == ["mem_locked_clocks"] and rec.pid == left_by_pid
+
+
+def test_ecal_restore_puts_back_every_setting_it_can_and_names_the_rest(tmp_path, capsys):
+    from ecal.recovery import cmd_restore
+    from measure.device import DeviceError
+
+    card = Card(tmp_path)
+    _killed_with_all_three_changed(card)
+    pid = jr.read_journal(card.journal()).pid
+    with pytest.raises(DeviceError) as ei:
+        cmd_restore(argparse.Namespace(device=None, json=False), nvml=_failing_mem_reset(card))
+    _only_mem_lock_left(card, pid)     # the power limit was put back after the failure
+    assert "not fully restored" in str(ei.value) and "memory clock lock reset: " \
+        "nvmlDeviceResetMemoryLockedClocks failed after 5 tries" in str(ei.value)
+    out = capsys.readouterr().out.splitlines()
+    assert f"restored {card.uuid} (nvml:0): SM clock lock reset, power limit 650 W" in out
+    assert [x for x in out if x.startswith("NOT restored")] == [
+        x for x in out if "memory clock lock reset: nvmlDeviceResetMemoryLockedClocks" in x
+        and x.endswith("(journal kept)")]
+    assert len(out) == 2
+    with pytest.raises(DeviceError):                     # --json says the same per setting
+        cmd_restore(argparse.Namespace(device="nvml:0", json=True), nvml=_failing_mem_reset(card))
+    failed = json.loads(capsys.readouterr().out)["failed"]
+    assert [f["restored"] for f in failed] == [[]]      # already put back the first time
+    assert [n["setting"] for n in failed[0]["not_restored"]] == ["mem_locked_clocks"]
+    assert cmd_restore(argparse.Namespace(device=None, json=True), nvml=card.fake()) == 0
+    assert json.loads(capsys.readouterr().out)["restored"][0]["restored"] == [
+        "memory clock lock reset"]
+    assert_as_found(card)
+
+
+def test_recovery_at_open_puts_back_every_setting_it_can(tmp_path):
+    card = Card(tmp_path)
+    _killed_with_all_three_changed(card)
+    pid = jr.read_journal(card.journal()).pid
+    with pytest.raises(RestoreFailedError) as ei:
+        card.open(_failing_mem_reset(card))
+    _only_mem_lock_left(card, pid)
+    msg = str(ei.value)
+    assert "\n" not in msg and "ecal restore --device nvml:0" in msg
+    assert "put back SM clock lock reset, power limit 650 W" in msg
+    assert "NOT restored memory clock lock reset (nvmlDeviceResetMemoryLockedClocks" in msg
+    rec = ei.value.recovery
+    assert rec.restored == ("SM clock lock reset", "power limit 650 W")
+    assert [f[0] for f in rec.failed] == ["mem_locked_clocks"] and rec.pid == pid
+    card.open().close()
+    assert_as_found(card)
+
+
+def test_recovery_of_a_corrupt_journal_keeps_only_what_failed(tmp_path):
+    card = Card(tmp_path)
+    _killed_with_all_three_changed(card)
+    card.journal().write_text("{")
+    with pytest.raises(RestoreFailedError, match="unreadable journal"):
+        card.open(_failing_mem_reset(card))
+    s = card.settings()
+    assert s["limit_mw"] == 700_000 and s["locked_sm"] is None and s["locked_mem"]
+    assert list(jr.read_journal(card.journal()).entries) == ["mem_locked_clocks"]
+    card.open().close()
+    assert not card.journal().exists() and card.settings()["locked_mem"] is None
+
+
+# -- `ecal restore --device nvml:N` for a GPU NVML does not have (defect B) --------------------
+
+@pytest.mark.parametrize("journal_left", [False, True], ids=["no-journal", "journal"])
+def test_ecal_restore_of_a_missing_gpu_is_an_error(tmp_path, capsys, journal_left):
+    from ecal.recovery import cmd_restore
+    from measure.device import DeviceError
+
+    card = Card(tmp_path)
+    if journal_left:
+        _killed_mid_sweep(card)
+    with pytest.raises(DeviceError) as ei:
+        cmd_restore(argparse.Namespace(device="nvml:1", json=False), nvml=card.fake())
+    assert str(ei.value) == "--device nvml:1: no such GPU; NVML sees 1 GPU(s) (nvml:0)"
+    assert capsys.readouterr().out == ""
+    assert card.journal().exists() == journal_left       # nothing touched
+
+
+# -- temp files of a journal writer killed mid-write (defect C) -------------------------------
+
+def _killed_in_journal_write(card: Card, nth: int) -> int:
+    """SIGKILL a sweep inside its ``nth`` journal write, after the temp file is written and
+    before it is renamed; returns the child's PID."""
+    def body():
+        real_replace, count = os.replace, [0]
+
+        def replace(src, dst):
+            if str(dst).endswith(".journal.json"):
+                count[0] += 1
+                if count[0] == nth:
+                    os.kill(os.getpid(), signal.SIGKILL)
+            return real_replace(src, dst)
+        os.replace = replace         # in the forked child only
+        return run_sweep(card)
+    pid = spawn(body)
+    assert reap(pid) == -signal.SIGKILL
+    return pid
+
+
+def _temps(card: Card) -> list[Path]:
+    return sorted(card.journal().parent.glob("*.tmp"))
+
+
+def test_ecal_restore_removes_the_temp_file_of_a_killed_journal_write(tmp_path, capsys):
+    from ecal.recovery import cmd_restore
+
+    card = Card(tmp_path)
+    pid = _killed_in_journal_write(card, nth=3)     # power limit and memory lock journalled
+    assert card.journal().exists() and card.settings() != FOUND
+    assert [t.name for t in _temps(card)] == [f"{card.journal().name}.{pid}.tmp"]
+    assert cmd_restore(argparse.Namespace(device=None, json=True), nvml=card.fake()) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["temp_files_removed"] == [str(card.journal()) + f".{pid}.tmp"]
+    assert_as_found(card)
+    assert _temps(card) == []
+
+
+@pytest.mark.parametrize("how", ["open", "ecal-restore"])
+def test_a_killed_first_journal_write_leaves_nothing_after_the_next_open(tmp_path, capsys, how):
+    from ecal.recovery import cmd_restore
+
+    card = Card(tmp_path)
+    _killed_in_journal_write(card, nth=1)           # before the first setter: nothing changed
+    assert not card.journal().exists() and len(_temps(card)) == 1
+    if how == "open":
+        dev = card.open()
+        assert len(dev.removed_temp_files) == 1
+        dev.close()
+    else:
+        assert cmd_restore(argparse.Namespace(device=None, json=False), nvml=card.fake()) == 0
+        assert "nothing to restore" in capsys.readouterr().out
+    assert_as_found(card)
+    assert _temps(card) == []
+
+
+def test_stale_temp_files_are_only_dead_writers(tmp_path):
+    d = tmp_path / "j"
+    d.mkdir()
+    journal = jr.path_for("GPU-x", d)
+    r, w = os.pipe()
+    live = os.fork()
+    if live == 0:   # pragma: no cover - a live writer, until the parent is done
+        os.read(r, 1)
+        os._exit(0)
+    dead = spawn(lambda: None)
+    reap(dead)
+    try:
+        live_tmp, dead_tmp = jr.temp_path(journal, live), jr.temp_path(journal, dead)
+        own_tmp, legacy = jr.temp_path(journal), journal.with_name(journal.name + ".tmp")
+        other = journal.with_name(journal.name + ".bak.tmp")
+        for p in (live_tmp, dead_tmp, own_tmp, legacy, other):
+            p.write_text("{}")
+        # no journal: the dead writer's and the writer-less legacy one are stale
+        assert jr.stale_temp_files("GPU-x", d) == sorted([dead_tmp, legacy])
+        os.utime(live_tmp, (1, 1))            # older than a journal written after it
+        jr.write_atomic(journal, "{}")
+        for p in (own_tmp, legacy):           # written after the journal: kept
+            p.write_text("{}")
+        assert jr.stale_temp_files("GPU-x", d) == sorted([dead_tmp, live_tmp])
+        assert jr.remove_stale_temp_files("GPU-x", d) == sorted([dead_tmp, live_tmp])
+        assert sorted(p.name for p in d.iterdir()) == sorted(
+            p.name for p in (journal, own_tmp, legacy, other))
+    finally:
+        os.write(w, b"x")
+        reap(live)
+
+
+# -- the GPU lock is never released from the garbage collector after close (defect D) ---------
+
+def test_close_leaves_no_lock_code_for_the_garbage_collector(tmp_path, monkeypatch):
+    import gc
+
+    from measure.locks import ProcessLock
+
+    card = Card(tmp_path)
+    calls = []
+    real = ProcessLock.release
+    monkeypatch.setattr(ProcessLock, "release", lambda self: (calls.append(1), real(self))[1])
+    dev = card.open()
+    dev.set_operating_point(OperatingPoint(sm_clock_mhz=1200))
+    dev.close()
+    n = len(calls)
+    del dev
+    gc.collect()
+    assert len(calls) == n       # a Ctrl-C landing in a finalizer could not hit lock code
+    dropped = card.open()        # a device dropped without close() still frees its lock
+    del dropped
+    gc.collect()
+    card.open().close()
+    assert_as_found(card)
