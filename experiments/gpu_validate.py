@@ -11,6 +11,10 @@ then predicts with the algebra and measures:
 * sequential composites (GEMM ⊗ copy, GEMM ⊗ flash attention) on one stream;
 * same-device parallel composites: GEMM ∥ copy on two streams, and GEMM ∥ copy split by green
   contexts (96 + 32 SMs);
+* the closed loop (:func:`closed_loop`): a step (GEMM ∥ copy on green contexts, then flash
+  attention) predicted from elements alone and measured; the pair measured alone to localize;
+  a flagged pair characterized jointly (an interaction table); the step predicted again with it
+  and held against a second measurement;
 
 and prints predicted vs measured with the Eq. 23 flags (``frontier.deviation``), writing JSON to
 ``experiments/results/gpu_validate.json``.
@@ -54,6 +58,7 @@ def plan() -> list[dict[str, Any]]:
     steps += [{"step": f"characterize gemm_bf16_8192 on {n} SMs (green context)", "estimate_s": 4}
               for n in GEMM_SMS[:-1]]
     steps += [{"step": f"characterize copy_2GiB on {GREEN_SPLIT[1]} SMs (green context)", "estimate_s": 4}]
+    steps += [{"step": "closed loop: step, pair alone, step again (green contexts)", "estimate_s": 12}]
     steps += [{"step": f"composite {c}", "estimate_s": 6} for c in
               ("seq gemm;copy", "seq gemm;attention_flash", "par gemm||copy (2 streams)",
                f"par gemm@{GREEN_SPLIT[0]}||copy@{GREEN_SPLIT[1]} (green contexts)")]
@@ -81,6 +86,13 @@ class SimBackend:
     def par_work(self, streams: list[tuple[Any, int, int | None]]) -> Callable[[], None]:
         """One invocation = each (work, k, sm_count) stream run k times, all started together."""
         return lambda: self.device.run_parallel(streams)
+
+    def then(self, first: Callable[[], None], work: Any) -> Callable[[], None]:
+        """One invocation = ``first()`` (e.g. a co-run), then ``work`` once on the device."""
+        def run() -> None:
+            first()
+            self.device.run(work)
+        return run
 
 
 class TorchBackend:
@@ -128,6 +140,13 @@ class TorchBackend:
         def run() -> None:
             for w in works:
                 w()
+        return run
+
+    def then(self, first: Callable[[], None], work: Callable[[], Any]) -> Callable[[], None]:
+        """One invocation = ``first()`` (e.g. a co-run), then ``work()`` on the current stream."""
+        def run() -> None:
+            first()
+            work()
         return run
 
     def _stream(self, sm: int | None) -> Any:
@@ -250,17 +269,83 @@ def run(backend: Any, budget_s: float = BUDGET_S, out: Path | None = None, quiet
                       backend.par_work([(backend.gemm, k1, GREEN_SPLIT[0]), (backend.copy, k2, GREEN_SPLIT[1])]),
                       par(seq([g96] * k1), seq([c32] * k2), sm_total=backend.sm_total,
                           name=f"par_green_gemm{GREEN_SPLIT[0]}_copy{GREEN_SPLIT[1]}"))
+        loop = None
+        if g96 and c32 and fa and not over_budget("closed loop"):
+            loop = closed_loop(backend, proto, ready, g96, c32, fa, log)
     result = {
         "format": "energy-calculus/gpu-validate", **dev.describe(), "ready_power_w": ready,
         "elapsed_real_s": time.monotonic() - t0, "budget_s": budget_s, "skipped": skipped,
         "signatures": {k: _sig_row(s) for k, s in sigs.items()}, "comparisons": comparisons,
         "flagged": [c["name"] for c in comparisons if c["deviation"]["flagged"]],
+        "closed_loop": loop,
     }
     if out is not None:
         from frontier.io import write_json_atomic
 
         write_json_atomic(out, result)
     return result
+
+
+def closed_loop(backend: Any, proto: Any, ready_w: float, gemm: Any, copy: Any, attention: Any,
+                log: Callable[..., None]) -> dict[str, Any]:
+    """Hold a small step against execution, localize what broke, characterize it jointly, predict
+    again (issue 19), on the device's own settings (read-only: SM splits only).
+
+    The step is (GEMM on 96 SMs ∥ copy on 32 SMs, green contexts) then flash attention. Round 1
+    predicts it from elements characterized alone (⊕ then ⊗) and measures it. The pair is then
+    measured on its own: if its ⊕ prediction is flagged (Eq. 23), that pair is what broke, and its
+    measurement goes into an :class:`~frontier.interaction.InteractionTable`. Round 2 predicts the
+    step with the jointly measured pair (``compose_pair``; composed pairs keep their Eq. 13 bias
+    bound) and holds it against a second, independent measurement of the step.
+    """
+    from frontier.compose import repeat, seq
+    from frontier.deviation import deviation
+    from frontier.interaction import (
+        InteractionEntry,
+        InteractionTable,
+        PairKey,
+        Provenance,
+        compose_pair,
+    )
+    from measure import measure_point
+
+    sm_total = backend.sm_total
+    k1 = max(1, round(PAR_BRANCH_S / gemm.time_s))
+    k2 = max(1, round(PAR_BRANCH_S / copy.time_s))
+    a = repeat(gemm, k1, name=f"gemm@{GREEN_SPLIT[0]}x{k1}")
+    b = repeat(copy, k2, name=f"copy@{GREEN_SPLIT[1]}x{k2}")
+    pair_work = backend.par_work([(backend.gemm, k1, GREEN_SPLIT[0]), (backend.copy, k2, GREEN_SPLIT[1])])
+    step_work = backend.then(pair_work, backend.attention["flash"])
+
+    def measured(work: Any, name: str) -> Any:
+        return measure_point(backend.device, work, name, proto, ready_w=ready_w)
+
+    def row(r: Any, pred: Any, meas: Any) -> dict[str, Any]:
+        return {"predicted": _sig_row(pred), "measured": _sig_row(meas), "deviation": r.to_dict()}
+
+    table = InteractionTable()
+    pred1, _ = compose_pair(a, b, table, sm_total=sm_total, name="pair")
+    pred1 = seq(pred1, attention, name="step")
+    step1 = measured(step_work, "step")
+    r1 = deviation(pred1, step1, name="step (round 1: elements alone)")
+    log("  loop round 1: " + r1.summary())
+    pair = measured(pair_work, "pair")
+    pair_pred = compose_pair(a, b, table, sm_total=sm_total, name="pair")[0]
+    r_pair = deviation(pair_pred, pair, name="pair")
+    log("  loop localize: " + r_pair.summary())
+    if r_pair.flagged:
+        prov = Provenance(device=str(backend.device.name), simulated=bool(backend.device.simulated),
+                          protocol=proto.to_dict(), recorded_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        table = table.with_entries([InteractionEntry(PairKey.for_signatures(a, b), pair, prov)])
+    pred2, rec = compose_pair(a, b, table, sm_total=sm_total, name="pair")
+    pred2 = seq(pred2, attention, name="step")
+    step2 = measured(step_work, "step")
+    r2 = deviation(pred2, step2, name=f"step (round 2: pair {rec.source})")
+    log("  loop round 2: " + r2.summary())
+    return {"step": f"gemm@{GREEN_SPLIT[0]} || copy@{GREEN_SPLIT[1]}, then attention_flash",
+            "round1": row(r1, pred1, step1), "pair": row(r_pair, pair_pred, pair),
+            "pair_source": rec.source, "round2": row(r2, pred2, step2),
+            "flagged_round1": r1.flagged, "flagged_round2": r2.flagged}
 
 
 def print_table(result: dict[str, Any]) -> None:
@@ -276,6 +361,16 @@ def print_table(result: dict[str, Any]) -> None:
               f"{m['time_s'] * 1e3:9.3f}±{m['sd_time_s'] * 1e3:<6.3f} {p['energy_j']:9.3f}±{p['sd_energy_j']:<6.3f} "
               f"{m['energy_j']:9.3f}±{m['sd_energy_j']:<6.3f} {_z(d['z_time']):>7s} {_z(d['z_energy']):>7s}  "
               f"{'FLAGGED' if d['flagged'] else 'ok'}")
+    loop = result.get("closed_loop")
+    if loop:
+        print(f"closed loop on {loop['step']}: round 1 (elements alone) "
+              f"{'FLAGGED' if loop['flagged_round1'] else 'ok'}, pair {loop['pair_source']}, "
+              f"round 2 {'FLAGGED' if loop['flagged_round2'] else 'ok'}")
+        for k in ("round1", "round2"):
+            p, m, d = loop[k]["predicted"], loop[k]["measured"], loop[k]["deviation"]
+            print(f"  {k}: T {p['time_s'] * 1e3:.3f} -> {m['time_s'] * 1e3:.3f} ms, "
+                  f"E {p['energy_j']:.3f} -> {m['energy_j']:.3f} J, z_T {_z(d['z_time'])}, "
+                  f"z_E {_z(d['z_energy'])}")
     if result["skipped"]:
         print("skipped (time budget):", ", ".join(result["skipped"]))
 

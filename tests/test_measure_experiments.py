@@ -47,6 +47,30 @@ def test_gpu_validate_on_sim(tmp_path):
     par = res["comparisons"][2]
     assert par["deviation"]["flagged"] and par["measured"]["time_s"] > 1.6 * par["predicted"]["time_s"]
     assert json.loads(out.read_text())["comparisons"]
+    # the closed loop: the step predicted from elements alone is flagged; the green-context pair
+    # is localized, measured jointly, and the step predicted again with it holds (Eq. 23)
+    loop = res["closed_loop"]
+    assert loop["flagged_round1"] and loop["pair"]["deviation"]["flagged"]
+    assert loop["pair_source"] == "measured" and not loop["flagged_round2"]
+
+
+def test_gpu_validate_loop_keeps_the_composed_pair_when_it_holds(monkeypatch):
+    # if the pair's ⊕ prediction holds, nothing is characterized jointly (the table stays empty)
+    import importlib
+
+    gv = _load("gpu_validate")
+    fd = importlib.import_module("frontier.deviation")   # the package exports a function of that name
+    real = fd.deviation
+
+    def pair_ok(pred, meas, name=None, **kw):
+        r = real(pred, meas, name=name, **kw)
+        return r if name != "pair" else real(meas, meas, name=name, **kw)
+
+    monkeypatch.setattr(fd, "deviation", pair_ok)
+    backend = gv.SimBackend(seed=1)
+    res = gv.run(backend, quiet=True)
+    assert res["closed_loop"]["pair_source"] == "composed"
+    assert res["closed_loop"]["flagged_round2"]     # the step still deviates: honest, not hidden
 
 
 def test_protocol_precision_claim_holds(tmp_path):
