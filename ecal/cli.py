@@ -33,6 +33,7 @@ from contextlib import contextmanager
 
 EPILOG = """examples:
   ecal demo                                      # the whole job on the simulated H200 -> demo/
+  ecal run demo/plan.json --device sim           # execute the plan, measure it, Eq. 23
   ecal characterize gemm_bf16_8192 --grid "sm_clock_mhz=1980:1200:-60" -o gemm.json --plot gemm.png
   ecal frontier gemm.json --plot frontier.png
   ecal compose ecal/examples/attention_tp2.json
@@ -151,6 +152,13 @@ work: a simulated kernel preset name (see --list), or module:function for a real
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--deadline", default="1.05x", help="deadline (default 1.05x the fastest makespan)")
     _add_json(p)
+
+    from .cmd_run import add_run_arguments
+
+    p = sub.add_parser("run", help="execute a plan on simulated H200s and hold it against Eq. 23",
+                       formatter_class=fmt, epilog="examples:\n  ecal run demo/plan.json --device sim\n"
+                                                   "  ecal run demo/plan_round1.json --seed 0 -o run.json")
+    add_run_arguments(p)
 
     p = sub.add_parser("restore", formatter_class=fmt,
                        help="put back GPU settings a killed run left changed (reads the device journal)",

@@ -263,7 +263,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """``ecal demo``: characterize, compose and plan a 1F1B step on the simulated H200."""
-    from .demo import OUTPUT_FILES, DemoConfig, report, run_demo, write_demo
+    from .demo import OUTPUT_FILES, DemoConfig, demo_json, report, run_demo, write_demo
 
     check_output_dir(args.out, "--out")
     for name in OUTPUT_FILES:
@@ -275,13 +275,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
     r = run_demo(cfg, progress=say)
     written = write_demo(r, args.out)
     if args.json:
-        dump_json({"plan": r.plan.to_dict(), "all_max_energy_j": r.all_max.energy_j,
-                   "best_single_energy_j": r.best_single.energy_j if r.best_single else None,
-                   "files": [str(p) for p in written]})
+        dump_json({**demo_json(r), "files": [str(p) for p in written]})
     else:
         print(report(r), end="")
         print(f"wrote {len(written)} files to {args.out}/: " + ", ".join(p.name for p in written))
     return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """``ecal run PLAN``: execute a plan on simulated H200s (see :mod:`ecal.cmd_run`)."""
+    from .cmd_run import cmd_run as run
+
+    return run(args)
 
 
 # -- plan / pareto -----------------------------------------------------------------------------

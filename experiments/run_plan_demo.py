@@ -24,7 +24,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ecal.demo import DemoConfig, _all_max, _problem, _stage_kernels, run_demo, task_options
+from ecal.demo import DemoConfig, _stage_kernels, run_demo
 from frontier.io import write_json_atomic
 from measure.execute import PlanComparison, TaskWork, pipeline_work, run_with_baselines
 from measure.sim import PRESETS, SimulatedGPU, with_spec
@@ -35,21 +35,14 @@ SMALL = DemoConfig(n_stages=2, n_microbatches=2, clocks_mhz=(1980, 1440), power_
                    comm_sms=(16,))
 
 
-def best_single_problem(r: Any) -> Any:
-    """The sub-problem the demo's best single-ω plan was solved on (its option indices
-    refer to it, not to the full problem)."""
-    opts = task_options(r.config, r.element_signatures)
-    return _problem(r.config, opts, r.meta["idle_power_w"],
-                    keep=lambda o: o.omega.dev == r.best_single_omega)
-
-
 def compare_demo(r: Any, seed: int = 0) -> PlanComparison:
     """Run the demo result's plan, all-max and best-single-ω plans; measured savings."""
     kernels, send = _stage_kernels(r.config), PRESETS["p2p_send"]
     full = pipeline_work(r.problem, kernels, send)
-    base = {"all-max": (_all_max(r.problem, r.meta["deadline_s"]), r.problem, full)}
+    base = {"all-max": (r.all_max, r.all_max_problem,
+                        pipeline_work(r.all_max_problem, kernels, send))}
     if r.best_single is not None:
-        sub = best_single_problem(r)
+        sub = r.best_single_problem
         base["best single ω"] = (r.best_single, sub, pipeline_work(sub, kernels, send))
     return run_with_baselines((r.plan, r.problem, full), base, seed=seed)
 

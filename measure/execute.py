@@ -28,16 +28,20 @@ Every number here is simulated when the devices are (``simulated`` in every outp
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from frontier.deviation import DeviationResult, deviation
-from frontier.errors import EnergyCalculusError
+from frontier.errors import EnergyCalculusError, FormatError
+from frontier.io import number_field, read_json, write_json_atomic
 from frontier.operating_point import OperatingPoint
 from frontier.signature import Signature
 
@@ -127,6 +131,135 @@ def pipeline_work(problem: Any, stage_kernels: Mapping[tuple[int, str], SimKerne
             works.append(TaskWork(((stage_kernels[key], sm_total - k), (send_kernel, k))))
         out[t.name] = tuple(works)
     return out
+
+
+# -- work-table files ----------------------------------------------------------------------
+
+#: ``format`` of a work-table file (:func:`save_work`).
+WORK_FORMAT = "energy-calculus/work-table"
+WORK_VERSION = 1
+_KERNEL_FIELDS = tuple(f.name for f in dataclasses.fields(SimKernel))
+_KERNEL_FLOATS = ("flops", "bytes", "link_bytes", "compute_eff", "mem_eff", "activity",
+                  "overhead_s", "link_bw_bps")
+_KERNEL_INTS = ("sm_request", "tiles", "link_sm_sat")
+_KERNEL_TEXTS = ("kappa", "theta")
+
+
+def work_to_dict(work: WorkTable) -> dict[str, Any]:
+    """The work-table file format of ``work`` (see :func:`save_work`)."""
+    kernels: dict[str, dict[str, Any]] = {}
+    tasks: dict[str, list[dict[str, Any]]] = {}
+    for name, ws in work.items():
+        rows = []
+        for w in ws:
+            for k, _ in w.streams:
+                d = dataclasses.asdict(k)
+                if kernels.setdefault(k.name, d) != d:
+                    raise ExecutionError(f"work table: two different kernels are named {k.name!r}")
+            rows.append({"streams": [{"kernel": k.name, "sm_count": sm} for k, sm in w.streams]})
+        tasks[str(name)] = rows
+    return {"format": WORK_FORMAT, "version": WORK_VERSION, "simulated": True,
+            "kernels": kernels, "tasks": tasks}
+
+
+def save_work(path: str | os.PathLike, work: WorkTable) -> Path:
+    """Write a work table atomically as JSON::
+
+        {"format": "energy-calculus/work-table", "version": 1, "simulated": true,
+         "kernels": {"s0_forward": {<every measure.sim.SimKernel field>}, ...},
+         "tasks": {"s0/forward/0": [{"streams": [{"kernel": "s0_forward", "sm_count": 116},
+                                                  {"kernel": "p2p_send", "sm_count": 16}]},
+                                     ...one entry per option, in option order]}}
+
+    ``sm_count`` null: the whole device. Read back with :func:`load_work`."""
+    return write_json_atomic(path, work_to_dict(work))
+
+
+def _fields(file: str, path: str, v: Any, allowed: Sequence[str], required: Sequence[str] = ()
+            ) -> Mapping[str, Any]:
+    if not isinstance(v, Mapping):
+        raise FormatError(file, path, f"must be an object, got {type(v).__name__}")
+    extra = sorted(set(v) - set(allowed))
+    if extra:
+        raise FormatError(file, f"{path}.{extra[0]}", f"unknown field (allowed: {', '.join(allowed)})")
+    for k in required:
+        if k not in v:
+            raise FormatError(file, f"{path}.{k}", "missing")
+    return v
+
+
+def _int_or_none(file: str, path: str, v: Any, minimum: int = 1) -> int | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise FormatError(file, path, f"must be an integer >= {minimum} or null, got {v!r}")
+    return v
+
+
+def _kernel_from(file: str, path: str, name: str, v: Any) -> SimKernel:
+    d = _fields(file, path, v, _KERNEL_FIELDS, ("name",))
+    if d["name"] != name:
+        raise FormatError(file, f"{path}.name", f"is {d['name']!r}, not the key {name!r}")
+    kw: dict[str, Any] = {"name": name}
+    for k in _KERNEL_FLOATS:
+        if k in d:
+            kw[k] = number_field(file, f"{path}.{k}", d[k])
+    for k in _KERNEL_INTS:
+        if k in d:
+            kw[k] = _int_or_none(file, f"{path}.{k}", d[k])
+    for k in _KERNEL_TEXTS:
+        if k in d and d[k] is not None and not isinstance(d[k], str):
+            raise FormatError(file, f"{path}.{k}", f"must be text or null, got {d[k]!r}")
+        if k in d:
+            kw[k] = d[k]
+    if kw.get("link_sm_sat", 1) is None:
+        raise FormatError(file, f"{path}.link_sm_sat", "must be an integer >= 1")
+    try:
+        return SimKernel(**kw)
+    except (TypeError, ValueError) as exc:
+        raise FormatError(file, path, str(exc)) from None
+
+
+def work_from_dict(doc: Any, file: str = "<work table>") -> dict[str, tuple[TaskWork, ...]]:
+    """Inverse of :func:`work_to_dict`; strict: every problem is a
+    :class:`~frontier.errors.FormatError` naming the file and the field."""
+    d = _fields(file, "$", doc, ("format", "version", "simulated", "kernels", "tasks", "description"),
+                ("format", "version", "kernels", "tasks"))
+    if d["format"] != WORK_FORMAT:
+        raise FormatError(file, "format", f"expected {WORK_FORMAT!r}, got {d['format']!r}")
+    if d["version"] != WORK_VERSION or isinstance(d["version"], bool):
+        raise FormatError(file, "version", f"expected {WORK_VERSION}, got {d['version']!r}")
+    if not isinstance(d["kernels"], Mapping) or not d["kernels"]:
+        raise FormatError(file, "kernels", "must be a non-empty object keyed by kernel name")
+    kernels = {str(n): _kernel_from(file, f"kernels.{n}", str(n), v) for n, v in d["kernels"].items()}
+    if not isinstance(d["tasks"], Mapping) or not d["tasks"]:
+        raise FormatError(file, "tasks", "must be a non-empty object keyed by task name")
+    out: dict[str, tuple[TaskWork, ...]] = {}
+    for t, rows in d["tasks"].items():
+        if not isinstance(rows, list) or not rows:
+            raise FormatError(file, f"tasks.{t}", "must be a non-empty list (one entry per option)")
+        works = []
+        for j, row in enumerate(rows):
+            where = f"tasks.{t}[{j}]"
+            r = _fields(file, where, row, ("streams",), ("streams",))
+            if not isinstance(r["streams"], list) or not r["streams"]:
+                raise FormatError(file, f"{where}.streams", "must be a non-empty list")
+            streams = []
+            for i, st in enumerate(r["streams"]):
+                sw = _fields(file, f"{where}.streams[{i}]", st, ("kernel", "sm_count"), ("kernel",))
+                if sw["kernel"] not in kernels:
+                    raise FormatError(file, f"{where}.streams[{i}].kernel",
+                                      f"no kernel {sw['kernel']!r} in 'kernels'")
+                streams.append((kernels[sw["kernel"]],
+                                _int_or_none(file, f"{where}.streams[{i}].sm_count", sw.get("sm_count"))))
+            works.append(TaskWork(tuple(streams)))
+        out[str(t)] = tuple(works)
+    return out
+
+
+def load_work(path: str | os.PathLike) -> dict[str, tuple[TaskWork, ...]]:
+    """Read a work table written by :func:`save_work` (strict; see :func:`work_from_dict`)."""
+    return work_from_dict(read_json(path), str(path))
 
 
 # -- records and results -------------------------------------------------------------------

@@ -33,6 +33,9 @@ SMALL = DemoConfig(n_stages=2, n_microbatches=2, clocks_mhz=(1980, 1440), power_
 @pytest.fixture(scope="module")
 def demo():
     r = run_demo(SMALL)
+    # the demo's first plan: built from elements characterized alone, with a flat switch cost
+    r = dataclasses.replace(r, problem=r.first.problem, plan=r.first.plan,
+                            meta={**r.meta, "deadline_s": r.meta["deadline_round1_s"]})
     work = pipeline_work(r.problem, _stage_kernels(SMALL), PRESETS["p2p_send"])
     return r, work
 
@@ -200,9 +203,7 @@ def test_repeats_until_the_target_rse(demo):
 
 def test_baselines_and_measured_savings_with_sigma(demo):
     r, work = demo
-    opts = task_options(SMALL, r.element_signatures)
-    sub = _problem(SMALL, opts, r.meta["idle_power_w"],
-                   keep=lambda o: o.omega.dev == r.best_single_omega)
+    sub = r.best_single_problem
     sub_work = pipeline_work(sub, _stage_kernels(SMALL), PRESETS["p2p_send"])
     cmp = run_with_baselines(
         (r.plan, r.problem, work),

@@ -1,0 +1,171 @@
+"""``ecal run PLAN --device sim``: runs a plan ``ecal demo`` wrote and reproduces the demo's own
+execution for the same seed; bad inputs are one-line errors with exit status 2. Simulated."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ecal.demo import DemoConfig, run_demo, write_demo
+
+CFG = DemoConfig(n_stages=2, n_microbatches=2, clocks_mhz=(1980, 1440), power_limits_w=(700,),
+                 comm_sms=(16,), curve_points=3)
+
+
+def run_cli(*argv: str) -> int:
+    """``ecal run ...`` in this process: through ``ecal.cli`` once the command is wired there,
+    else through the handler with the CLI's error contract (one line, exit 2)."""
+    from ecal import cli
+
+    sub = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    if "run" in sub.choices:
+        return cli.main(["run", *argv])
+    from ecal.cmd_run import add_run_arguments, cmd_run
+    from frontier.errors import EnergyCalculusError
+
+    p = argparse.ArgumentParser(prog="ecal run")
+    add_run_arguments(p)
+    args = p.parse_args(list(argv))
+    args.command = "run"
+    try:
+        return cmd_run(args)
+    except (EnergyCalculusError, OSError, ValueError, KeyError) as exc:
+        import sys
+
+        print(f"ecal run: error: {cli._error_line(exc)}", file=sys.stderr)
+        return 2
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    r = run_demo(CFG)
+    d = tmp_path_factory.mktemp("run") / "demo"
+    write_demo(r, d)
+    return r, d
+
+
+def one_line_error(capsys, code: int, *needles: str) -> str:
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("ecal run: error: ")
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]
+
+
+def _copy(demo_dir: Path, tmp_path: Path) -> Path:
+    d = tmp_path / "copy"
+    shutil.copytree(demo_dir, d)
+    return d
+
+
+def test_run_reproduces_the_demo_execution(demo, capsys, tmp_path):
+    r, d = demo
+    out = tmp_path / "result.json"
+    assert run_cli(str(d / "plan.json"), "--device", "sim", "--seed", str(CFG.seed), "-o", str(out),
+                   "--json") == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc == json.loads(out.read_text())
+    want = r.comparison
+    assert doc["simulated"] is True
+    assert doc["plan"]["step"]["measured_energy_j"] == pytest.approx(
+        want.plan.step.measured_energy_j, rel=1e-12)
+    assert doc["plan"]["step"]["measured_time_s"] == pytest.approx(want.plan.step.measured_time_s, rel=1e-12)
+    assert doc["plan"]["step"]["predicted_energy_j"] == pytest.approx(r.plan.energy_j, rel=1e-12)
+    assert doc["plan"]["flagged"] == want.plan.flagged
+    assert set(doc["baselines"]) == set(want.baselines)
+    for n, b in want.baselines.items():
+        assert doc["baselines"][n]["step"]["measured_energy_j"] == pytest.approx(
+            b.step.measured_energy_j, rel=1e-12)
+    for got, s in zip(doc["savings"], want.savings):
+        assert got["baseline"] == s.baseline
+        assert got["measured"] == pytest.approx(s.measured, rel=1e-9)
+        assert got["sd_measured"] == pytest.approx(s.sd_measured, rel=1e-9)
+
+
+def test_round1_plan_file_reproduces_the_flag(demo, capsys):
+    r, d = demo
+    assert run_cli(str(d / "plan_round1.json")) == 0
+    text = capsys.readouterr().out
+    assert "SIMULATED" in text
+    assert ("FLAGGED" in text.splitlines()[2]) == r.first.flagged
+    assert f"{r.first.execution.step.measured_energy_j:.2f}" in text
+
+
+def test_text_output_has_savings(demo, capsys):
+    _, d = demo
+    assert run_cli(str(d / "plan.json"), "--no-baselines") == 0
+    assert "savings" not in capsys.readouterr().out
+    assert run_cli(str(d / "plan.json")) == 0
+    out = capsys.readouterr().out
+    assert "savings (SIMULATED" in out and "vs all-max" in out
+
+
+def test_plan_without_workload(demo, capsys, tmp_path):
+    _, d = demo
+    doc = json.loads((d / "plan.json").read_text())
+    del doc["workload"]
+    p = tmp_path / "bare.json"
+    p.write_text(json.dumps(doc))
+    one_line_error(capsys, run_cli(str(p)), "bare.json", "no workload")
+
+
+def test_missing_work_file(demo, capsys, tmp_path):
+    _, d = demo
+    c = _copy(d, tmp_path)
+    (c / "work.json").unlink()
+    one_line_error(capsys, run_cli(str(c / "plan.json")), "workload.work", "work.json", "no such file")
+
+
+def test_mismatched_problem(demo, capsys, tmp_path):
+    _, d = demo
+    c = _copy(d, tmp_path)
+    doc = json.loads((c / "plan.json").read_text())
+    doc["workload"]["problem"] = "problem_round1.json"     # plan 2 against round 1's problem
+    (c / "plan.json").write_text(json.dumps(doc))
+    one_line_error(capsys, run_cli(str(c / "plan.json")), "another problem")
+
+
+def test_malformed_work_file_names_the_field(demo, capsys, tmp_path):
+    _, d = demo
+    c = _copy(d, tmp_path)
+    w = json.loads((c / "work.json").read_text())
+    first = next(iter(w["tasks"]))
+    w["tasks"][first][0]["streams"][0]["sm_cout"] = 16
+    (c / "work.json").write_text(json.dumps(w))
+    one_line_error(capsys, run_cli(str(c / "plan.json")), "work.json", "sm_cout", "unknown field")
+
+
+def test_work_table_round_trips(demo, tmp_path):
+    from measure.execute import load_work, pipeline_work, save_work
+
+    r, _ = demo
+    p = tmp_path / "w.json"
+    save_work(p, r.work)
+    assert load_work(p) == {k: tuple(v) for k, v in r.work.items()}
+    assert pipeline_work(r.problem, *_kernels(r)) == load_work(p)
+
+
+def _kernels(r):
+    import measure
+    from ecal.demo import _stage_kernels
+
+    return _stage_kernels(r.config), measure.PRESETS["p2p_send"]
+
+
+def test_real_device_is_refused_for_now(demo, capsys):
+    _, d = demo
+    one_line_error(capsys, run_cli(str(d / "plan.json"), "--device", "nvml:0"), "issue 20")
+    one_line_error(capsys, run_cli(str(d / "plan.json"), "--device", "tpu"), "sim")
+
+
+def test_output_path_checked_before_work(demo, capsys, tmp_path):
+    _, d = demo
+    one_line_error(capsys, run_cli(str(d / "plan.json"), "-o", str(tmp_path)), "is a folder")
+    one_line_error(capsys, run_cli(str(tmp_path / "nope.json")), "nope.json", "no such file")
