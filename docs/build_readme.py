@@ -12,6 +12,19 @@ bench = Path("experiments/results/bench_solvers.md").read_text()
 gap_md = Path("experiments/results/switch_gap_study.md")
 gap_note = "\n".join(ln for ln in gap_md.read_text().splitlines() if ln.startswith("|")) if gap_md.exists() else ""
 bench_table = "\n".join(ln for ln in bench.splitlines() if ln.startswith("|"))
+corun_md = Path("experiments/results/sim_corun_calibration.md")
+
+
+def corun_table() -> str:
+    """The simulator's co-run agreement with the real H200 composites: deviations from the
+    ⊕/⊗ prediction only (composite, real, simulated, agreement)."""
+    rows = _table_rows(corun_md.read_text())[2:] if corun_md.exists() else []
+    out = ["| composite | real: measured vs prediction, T / E | simulated H200, T / E | direction, size agree (T / E) |",
+           "|---|---|---|---|"]
+    out += [f"| {r[0]} | {r[5]} % | {r[6]} % | {r[7]}; {r[8]} |" for r in rows]
+    return "\n".join(out)
+
+
 
 
 def regret_split(path: Path = Path("experiments/results/bench_switch_lp.md")) -> str:
@@ -191,7 +204,7 @@ regenerates every figure and output on this page).*
 ## Set up
 
 Run the main job — characterize, compose and plan a pipeline-parallel training step on the
-bundled **simulated** H200 (no GPU needed, ~20 s):
+bundled **simulated** H200 (no GPU needed, under a minute):
 
 ```bash
 python3 -m venv .venv && . .venv/bin/activate && pip install -e . && ecal demo
@@ -214,14 +227,23 @@ Python ≥ 3.10.
    stage and the P2P send that overlaps them — on the simulated H200, over SM clock × power
    limit × SMs for communication (compute gets the other SMs of 132), with the tick-aligned
    NVML-counter protocol (each point repeated to 1 % relative standard error).
-2. **Composes** every task option as compute ⊕ send on one GPU (static power paid once, SM
-   allocations must fit), and the step as a DAG of 64 tasks on 4 GPUs.
-3. **Plans** the step for a deadline 5 % above the fastest makespan, with a 2 ms cost per
-   ω_dev switch, and compares with every GPU at max clock and with the best single operating
-   point for the whole step.
-4. Writes `demo/`: `plan.json`, `schedule.json` (per-GPU clocks/limits/SMs in execution
-   order, for a training loop), `pareto.json`, `signatures.json`, `report.txt`,
-   `frontiers.png`, `timeline.png`, `pareto.png`.
+2. **Plans** the step (64 tasks on 4 GPUs) for a deadline 5 % above the fastest makespan, from
+   options composed as compute ⊕ send of elements characterized alone, a flat 2 ms per ω_dev
+   switch and bubbles at the top-clock ready power — and **runs** that plan on four simulated
+   H200s (`measure.run_plan`: each task a co-run at its SM split and ω, the simulator's own
+   switch latencies), holding the measurement against the prediction with Eq. 23.
+3. **Localizes** what broke from the run's per-task windows (switch latencies, co-runs that
+   fail the runtime-context test, bubble power) and **characterizes** it: the switch latencies
+   of every ω_dev pair, the bubble power, and the compute ∥ send pairs measured jointly (an
+   interaction table); the other options stay composed at the null context with their Eq. 13
+   bias bound.
+4. **Plans again** and runs the second plan, then runs the baselines (every GPU at max clock,
+   the best single operating point for the whole step): the savings it reports are
+   *measured*, with their σ.
+5. Writes `demo/`: `plan.json` (runnable: `ecal run demo/plan.json`), `plan_round1.json`,
+   the problem, work and baseline files, the executions, `transitions.json`,
+   `interaction.json`, `schedule.json` (per-GPU clocks/limits/SMs in execution order, for a
+   training loop), `pareto.json`, `signatures.json`, `report.txt` and three figures.
 
 ```text
 $ ecal demo
@@ -230,15 +252,27 @@ $ ecal demo
 
 The plan saves energy by slowing the stages that have slack (pipeline bubbles make the
 non-critical stages cheap to slow down) and by giving the P2P send just enough SMs to stay off
-the critical path. With CBC the MILP stops at the demo's 10 s limit and the report states the
-gap it proved.
+the critical path. The first plan misses its deadline when run (its flat switch cost is a
+third of what the switches take); the second is charged what was measured. Everything here is
+the simulator: on a real GPU the same loop is `experiments/gpu_validate.py` (read-only).
 
 ## Command line
 
 Every command reads and writes the same JSON formats (each command's output is another's
-input), prints a table (or `--json`), and shows examples in `--help`. Exit codes: `0` ok,
-`1` `ecal check` flagged a deviation, `2` bad input (a one-line error naming the file, field
-and problem — and no output file is written), `130` interrupted (devices restored first).
+input), prints a table (or `--json`), and shows examples in `--help`. Exit codes:
+
+- `0` ok: every output file is written before anything is printed, so a reader that stops
+  early (`| head -1`) changes neither the files nor the status;
+- `1` `ecal check` flagged a deviation (`--pairs`: a pair must be characterized jointly);
+- `2` bad input: a one-line error naming the file, field and problem (also for non-finite
+  option values and unwritable output paths, which are checked before any work starts); no
+  output file is written and no earlier file is changed;
+- `3` your own work (`module:function`) raised: its traceback, then one line; the GPU was
+  restored and a `--results` file keeps the points measured so far;
+- `130` interrupted by Ctrl-C, SIGTERM or SIGHUP (`ecal: interrupted (SIGTERM)` on stderr),
+  after the GPU was restored and the solver stopped; output files are all written or none,
+  and a `--results` file keeps every point measured. SIGQUIT restores the GPU, then ends
+  the process with the signal (status 131).
 
 | command | does |
 |---|---|
@@ -246,10 +280,13 @@ and problem — and no output file is written), `130` interrupted (devices resto
 | `ecal frontier FILE` | Pareto frontier of each element in a signature file (`--criterion TE/Td/Tsd`), plot |
 | `ecal compose FILE` | predicted T and E ± σ and the Eq. 13 bias bound of compositions in a workbook |
 | `ecal check FILE` | Eq. 23: do measured composites agree with their predictions? |
+| `ecal check --pairs WORKLOAD` | context-insensitivity tests: which pairs may be composed at the null context, which must be characterized jointly |
 | `ecal plan WORKLOAD --deadline 1.05x` | minimum-energy operating point per task, with switching costs and a proven gap (`--method auto/dp/ilp/fast`; `--time-limit-s`: the MILP's limit, or the time cap of the fast method's search with switch costs, by default 30 ms per task between 1 and 25 s; its work budget scales with it) |
 | `ecal pareto WORKLOAD` | the energy-vs-deadline curve, a plan and a gap per point |
 | `ecal import KIND PATH` | signatures from published data: `h200`, `nv-dvfs`, `zeus-trace`, `zeus-log`, `perseus` |
+| `ecal run PLAN --device sim` | execute a plan (one written by `ecal demo`) on simulated H200s: measured T and E ± σ against the prediction, Eq. 23 per device and step, measured savings against the baselines |
 | `ecal demo` | all of the above on the simulated H200 |
+| `ecal restore [--device nvml:N]` | put back GPU settings that a killed run left changed (reads the device journal) |
 
 ### Compose and check
 
@@ -367,10 +404,15 @@ The three libraries are independent choices: `frontier` (the algebra, pure numpy
   method for large DAGs), its proven lower bound and gap, and its status (`optimal` only when
   proven; a MILP stopped by its time limit says `time_limit`). Brute force checks every
   method on small instances in the tests.
-- **Devices are restored, nothing measured is lost.** Clock/limit changes are validated before
-  anything changes, restored on exit, exception, SIGINT and SIGTERM; a missing permission
-  names the NVML call and what to do. Sweeps append each point as measured; outputs are
-  written atomically.
+- **Devices are restored, nothing measured is lost or mixed.** Clock/limit changes are
+  validated before anything changes, journalled before each NVML call, and restored on exit,
+  exception, SIGINT, SIGTERM, SIGHUP, SIGQUIT and at interpreter exit; after a kill the
+  journal restores them (below). A missing permission names the NVML call and what to do.
+  Sweeps append each point as measured (fsynced); a results file records the GPU's name,
+  UUID and driver, the host, the seed and the protocol, and a resume that differs in any of
+  them is refused. One process per GPU and one writer per results file. On the simulator a
+  point's noise depends only on its key and the seed, so an interrupted and resumed sweep
+  equals an uninterrupted one bit for bit.
 
 ## Measuring real GPUs
 
@@ -383,14 +425,49 @@ versus 30.3 for 5 s windows with 5 s cooldown (12×).
 
 `experiments/gpu_validate.py` is one script for a machine with a GPU that never changes device
 settings (under 4 minutes): bf16 GEMM, a large copy, SDPA backends (κ), GEMM at several SM
-allocations through green contexts, and sequential/parallel composites checked with Eq. 23.
-It has not yet been run on a real GPU in this repository (no GPU was available); its
-`--device sim` path is tested.
+allocations through green contexts, sequential/parallel composites checked with Eq. 23, and
+the closed loop (a step predicted from elements alone and measured, the flagged pair measured
+jointly, the step predicted again and measured again). It has not yet been run on a real GPU
+in this repository (no GPU was available); its `--device sim` path is tested (there, round 1
+is flagged at +13.7 % T and round 2 lies within σ).
+
+### If a run was killed
+
+- Before changing a GPU setting, ecal writes down what it found: one journal per GPU UUID in
+  `$ECAL_STATE_DIR` (default `~/.cache/energy-calculus`), fsynced before the NVML call.
+- Ctrl-C, SIGTERM, SIGHUP, SIGQUIT, an error or a normal exit restore the GPU before ecal
+  exits; a second Ctrl-C waits for the restore to finish.
+- After SIGKILL, an out-of-memory kill, a crash or a power loss the journal stays. The next
+  run that opens the GPU (`--device nvml:N`) restores it first and says so on stderr; or run
+  `sudo ecal restore` (every GPU with a journal) or `sudo ecal restore --device nvml:N`
+  (`--json` for scripts). Every journalled setting is tried and reported on its own; one that
+  fails stays in the journal (exit 2), and ecal refuses the GPU with a message naming
+  `ecal restore` until a restore succeeds.
+- The power limit is read before the first change and put back exactly. NVML cannot read back
+  a clock lock, so SM and memory clock locks are reset; a lock another tool set earlier
+  (`nvidia-smi -lgc`) is not re-applied.
+- One process may change a GPU at a time; a second gets an error naming the holder's PID.
+  `--read-only` takes no lock and changes nothing.
+- By hand: `sudo nvidia-smi -i N -rgc -rmc` resets the clock locks and
+  `sudo nvidia-smi -i N -pl W` sets the power limit back (W is in the journal).
+- A results file resumes where the run stopped: `ecal characterize … --results r.jsonl`
+  again. A torn last line is dropped and that point measured again; a file that is not an
+  energy-calculus results file is refused (exit 2) and left unchanged. `r.jsonl.lock` beside
+  the real file is only a rendezvous and may stay; a second writer through any name of the
+  file (a symlink, a hard link) is refused with the holder's PID.
 
 The simulated H200 (`measure.SimulatedGPU`) is a physics model — roofline time, static power
 rising with clock, voltage and temperature, dynamic power ∝ C·V²·f × activity, the power cap
 enforced by lowering the clock, a thermal RC state, a 100 ms counter with noise — calibrated
 so its default operating point reproduces the measured H200 elements within their spread.
+Its co-run model (streams without green contexts take turns, one board clock fits the shared
+cap, HBM bandwidth is shared, one fitted L2-interference term) reproduces the real H200's
+parallel composites: GEMM ∥ copy +91 % T / +10 % E against +94 % / +11 % measured, GEMM ∥
+axpy +74 % T against +74 %; where it still disagrees (GEMM ⊗ copy: the real cap averages
+power across kernels) is listed below and in `docs/simulator.md`
+(`python experiments/sim_corun_calibration.py`):
+
+{corun_table()}
 
 ## Studies (`experiments/`)
 
