@@ -511,26 +511,6 @@ def _chosen(plan: Any, problem: Any) -> list[int]:
     return choice
 
 
-def _chain(ix: Any, start: np.ndarray, end: np.ndarray, tau: np.ndarray, v: int) -> list[int]:
-    """Tasks on one critical chain ending at ``v`` (walking back through tight edges), as
-    ``solvers.plan`` walks the makespan's critical path."""
-    out = []
-    tol = 1e-12 * max(float(np.max(end)), 1.0)
-    while v >= 0:
-        out.append(v)
-        nxt = -1
-        u = ix.dev_prev[v]
-        if u >= 0 and abs(end[u] + tau[v] - start[v]) <= tol and start[v] > 0:
-            nxt = u
-        else:
-            for u in ix.preds[v]:
-                if abs(end[u] - start[v]) <= tol and start[v] > 0:
-                    nxt = u
-                    break
-        v = nxt
-    return out
-
-
 def predict_devices(plan: Any, problem: Any) -> dict[str, _Prediction]:
     """Per-device predicted (finish time, energy) with delta-method σ (see module docstring).
     The energies sum to ``plan.energy_j`` (checked)."""
@@ -540,7 +520,8 @@ def predict_devices(plan: Any, problem: Any) -> dict[str, _Prediction]:
     tau = ix.switch_tau(choice)
     opts = [problem.tasks[i].options[choice[i]] for i in range(ix.n)]
     crit_counts: dict[str, float] = {}
-    for i in _chain(ix, start, end, tau, int(np.argmax(end))):
+    # the problem's own critical-path walk (duck-typed: measure does not import solvers)
+    for i in ix.critical_chain(start, end, tau):
         crit_counts[opts[i].key] = crit_counts.get(opts[i].key, 0.0) + 1.0
     var = {o.key: (o.var_time_s2, o.var_d_j2) for o in opts}
     out = {}
@@ -567,7 +548,7 @@ def predict_devices(plan: Any, problem: Any) -> dict[str, _Prediction]:
             last = max(seq, key=lambda i: end[i])
             fin = float(end[last])
             d_t: dict[str, float] = {}
-            for i in _chain(ix, start, end, tau, last):
+            for i in ix.critical_chain(start, end, tau, last):
                 d_t[opts[i].key] = d_t.get(opts[i].key, 0.0) + 1.0
             var_t = sum(c * c * var[k][0] for k, c in d_t.items())
         else:

@@ -383,13 +383,7 @@ class SimulatedGPU(Device):
         t, p = at(f_max)
         if p <= cap:
             return KernelState(t, p, f_max, False, n_sm)
-        lo, hi = s.sm_clock_min_mhz, f_max
-        for _ in range(40):   # firmware: highest clock whose power fits under the cap
-            mid = 0.5 * (lo + hi)
-            if at(mid)[1] > cap:
-                hi = mid
-            else:
-                lo = mid
+        lo = _highest_clock_under_cap(lambda f: at(f)[1], s.sm_clock_min_mhz, f_max, cap)
         t, p = at(lo)
         return KernelState(t, p, lo, True, n_sm)
 
@@ -744,13 +738,8 @@ class SimulatedGPU(Device):
         times, p = at(f_max)
         if p <= cap:
             return tuple(times), p, f_max, False
-        lo, hi = s.sm_clock_min_mhz, f_max
-        for _ in range(40):   # one clock for the board: the highest whose power fits the cap
-            mid = 0.5 * (lo + hi)
-            if at(mid)[1] > cap:
-                hi = mid
-            else:
-                lo = mid
+        # one clock for the board: the highest whose summed power fits the cap
+        lo = _highest_clock_under_cap(lambda f: at(f)[1], s.sm_clock_min_mhz, f_max, cap)
         times, p = at(lo)
         return tuple(times), p, lo, True
 
@@ -786,6 +775,19 @@ class SimulatedGPU(Device):
         return {"device": self.name, "simulated": True, "read_only": self.read_only,
                 "seed_model": "physics", "seed": self.seed, "uuid": f"SIM-{self.spec.name}",
                 "driver": "simulator"}
+
+
+def _highest_clock_under_cap(power_w_at: Any, lo_mhz: float, hi_mhz: float, cap_w: float) -> float:
+    """What the firmware does under a power cap: the highest SM clock in [lo, hi] whose power
+    fits ``cap_w`` (bisection, 40 halvings)."""
+    lo, hi = lo_mhz, hi_mhz
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        if power_w_at(mid) > cap_w:
+            hi = mid
+        else:
+            lo = mid
+    return lo
 
 
 def with_spec(**changes: Any) -> SimSpec:

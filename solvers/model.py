@@ -702,6 +702,31 @@ class _Index:
         start, end = self.earliest(self.durations(choice), self.switch_tau(choice))
         return np.array(start), np.array(end), max(end) if self.n else 0.0
 
+    def critical_chain(self, start: Sequence[float], end: Sequence[float], tau: Sequence[float],
+                       last: int | None = None) -> list[int]:
+        """Tasks on one critical chain of a schedule, from ``last`` (default: the task that ends
+        last) back to a task that starts at 0, walking through tight edges (same-device order,
+        with its switch latency, first; then dependencies). Tight means within 1e-12 relative
+        to the makespan."""
+        if self.n == 0:
+            return []
+        tol = 1e-12 * max(float(max(end)), 1.0)
+        v = int(np.argmax(end)) if last is None else int(last)
+        out = []
+        while v >= 0:
+            out.append(v)
+            nxt = -1
+            u = self.dev_prev[v]
+            if u >= 0 and abs(end[u] + tau[v] - start[v]) <= tol and start[v] > 0:
+                nxt = u
+            else:
+                for u in self.preds[v]:
+                    if abs(end[u] - start[v]) <= tol and start[v] > 0:
+                        nxt = u
+                        break
+            v = nxt
+        return out
+
     def earliest(self, dur_s: Sequence[float], tau_s: Sequence[float] | None = None) -> tuple[list, list]:
         """ASAP start and end of each task (Python lists) for given durations and switch
         latencies before each task (none when ``tau_s`` is None); durations may be fractional."""

@@ -180,7 +180,9 @@ def make_plan(problem: Problem, choice: Sequence[int], deadline_s: float, *, met
     trans = float(sum(ix.power[ix.device[i]] * tau[i] for i in range(ix.n))) + extra
     energy = static_busy + idle + dynamic + trans
 
-    crit = _critical(ix, start, end, tau, mk)
+    crit = [False] * ix.n
+    for v in ix.critical_chain(start, end, tau):
+        crit[v] = True
     var_t, var_e = plan_terms(problem, choice, crit).variances()
 
     tasks = tuple(
@@ -261,26 +263,6 @@ def plan_terms(problem: Problem, choice: Sequence[int], path: Sequence[bool],
             extra_t += lt.extra_var_time_s2
     terms = {k: Term(v[0], v[1], d_t.get(k, 0.0), d_e_t[k], d_e_d[k]) for k, v in var.items()}
     return PlanTerms(terms, extra_t, extra_e)
-
-
-def _critical(ix, start: np.ndarray, end: np.ndarray, tau: np.ndarray, mk: float) -> list[bool]:
-    """Tasks on one critical path (walking back from the task that ends last)."""
-    crit = [False] * ix.n
-    tol = 1e-12 * max(mk, 1.0)
-    v = int(np.argmax(end))
-    while v >= 0:
-        crit[v] = True
-        nxt = -1
-        u = ix.dev_prev[v]
-        if u >= 0 and abs(end[u] + tau[v] - start[v]) <= tol and start[v] > 0:
-            nxt = u
-        else:
-            for u in ix.preds[v]:
-                if abs(end[u] - start[v]) <= tol and start[v] > 0:
-                    nxt = u
-                    break
-        v = nxt
-    return crit
 
 
 @dataclass(frozen=True)

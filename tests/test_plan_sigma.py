@@ -40,7 +40,7 @@ from frontier.signature import Signature
 from solvers.io import problem_from_dict, problem_to_dict
 from solvers.model import ConstantTransition, LeafTerms, Option, Problem
 from solvers.pipeline import one_f_one_b
-from solvers.plan import _critical, make_plan  # _critical: the walk both formulas share
+from solvers.plan import make_plan
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 CLOCKS = (1000.0, 1500.0)
@@ -243,8 +243,10 @@ def test_options_without_terms_are_unchanged(data):
     choice = [data.draw(st.integers(0, 1)) for _ in p.tasks]
     assert all(not o.terms for t in p.tasks for o in t.options)
     plan = _plan(p, choice)
-    start, end, mk = p.index.schedule(choice)
-    crit = _critical(p.index, start, end, p.index.switch_tau(choice), mk)
+    start, end, _ = p.index.schedule(choice)
+    crit = [False] * p.index.n   # the critical-path walk both formulas share
+    for v in p.index.critical_chain(start, end, p.index.switch_tau(choice)):
+        crit[v] = True
     assert (plan.sd_makespan_s, plan.sd_energy_j) == _old_sigma(p, choice, crit)
 
 
