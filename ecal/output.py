@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from frontier.errors import EnergyCalculusError
-from frontier.io import file_mode
+from frontier.io import file_mode, fsync_dir
 
 #: Signals held back while files are renamed into place (delivered right after).
 _COMMIT_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP")
@@ -175,18 +175,6 @@ def _fsync_file(path: str) -> None:
         os.fsync(fh.fileno())
 
 
-def _fsync_dir(folder: Path) -> None:
-    """Make renames in ``folder`` durable (best effort: not every system can open a folder)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _mkdirs(folder: Path, made: list[Path]) -> None:
@@ -289,7 +277,7 @@ class Outputs:
                     pass
             raise
         for folder in {p.parent for p, _ in temps}:
-            _fsync_dir(folder)
+            fsync_dir(folder)
         self._pending.clear()
         return [p for p, _ in temps]
 

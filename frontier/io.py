@@ -122,6 +122,21 @@ def file_mode() -> int:
     return 0o666 & ~mask
 
 
+def fsync_dir(folder: str | os.PathLike) -> None:
+    """Make renames and new files in ``folder`` durable. Best effort: some systems cannot open
+    a folder or refuse to fsync one, and a rename is atomic either way."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
     """Create ``path`` atomically: ``write(tmp)`` fills a temp file in the same folder (with the
     same suffix, so writers that infer a format from it work), which is fsynced and renamed into

@@ -36,6 +36,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from frontier.io import fsync_dir
+
 from .device import DeviceError
 from .locks import lock_dir
 
@@ -173,7 +175,7 @@ def write_atomic(path: Path, text: str) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def stale_temp_files(uuid: str, directory: str | os.PathLike | None = None) -> list[Path]:
@@ -220,7 +222,7 @@ def remove_stale_temp_files(uuid: str, directory: str | os.PathLike | None = Non
             continue
         removed.append(tmp)
     if removed:
-        _fsync_dir(removed[0].parent)
+        fsync_dir(removed[0].parent)
     return removed
 
 
@@ -247,20 +249,9 @@ def remove_durably(path: Path) -> None:
         path.unlink()
     except FileNotFoundError:
         return
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
-def _fsync_dir(d: Path) -> None:
-    try:
-        fd = os.open(d, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass   # some filesystems refuse fsync on a folder; the rename is still atomic
-    finally:
-        os.close(fd)
 
 
 def read_journal(path: str | os.PathLike) -> JournalRecord:
