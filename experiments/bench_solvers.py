@@ -153,6 +153,7 @@ def main() -> None:
         curve = pareto(p, n_points=a.points, method="fast")
         row = {"case": f"{S}x{N} frontier", "method": curve.method, "wall_s": curve.wall_s,
                "points": len(curve.plans), "max_gap_pct": 100 * max(pl.gap for pl in curve.plans),
+               "time_capped": curve.time_capped,
                "energy_at_1.05x_j": curve.energy_at(p.deadline_s("1.05x"))}
         if with_lt:
             lt_s, pts = run_lowtime(p, prof[S])
@@ -173,7 +174,8 @@ def main() -> None:
             pl = solve(p, fac, method="fast")
             rows.append({"case": f"16x64 {what} @{fac}", "method": pl.method,
                          "wall_s": pl.wall_s, "points": 1, "max_gap_pct": 100 * pl.gap,
-                         "energy_j": pl.energy_j, "switches": pl.n_switches})
+                         "energy_j": pl.energy_j, "switches": pl.n_switches,
+                         "time_capped": pl.time_capped})
             print(rows[-1], flush=True)
     cp = chain_problem(2000, tau, prof[4])
     assert chain_order(cp) is not None

@@ -63,8 +63,8 @@ def spread_rows(p, name: str, deadline: str, searches: list[tuple[tuple[int, int
     that share of the default work. The module settings are restored afterwards."""
     D = p.deadline_s(deadline)
     saved = relax.SEARCH_CAPS, relax.SEARCH_SEED
-    bound = relax.solve_fast(p, D, polish_s=0.0).lower_bound_j      # raised below by the search's bound
-    cap_s = relax.polish_budget(p.n_tasks)[1]
+    bound = relax.solve_fast(p, D, search_work=0.0).lower_bound_j      # raised below by the search's bound
+    work = relax.polish_budget(p.n_tasks)[0]
     rows = []
     try:
         for c, share in searches:
@@ -72,7 +72,7 @@ def spread_rows(p, name: str, deadline: str, searches: list[tuple[tuple[int, int
                 relax.SEARCH_CAPS, relax.SEARCH_SEED = c, seed
                 t0 = time.perf_counter()
                 first = len(rows) == 0
-                r = relax.solve_fast(p, D, polish_s=cap_s * share, surrogate_bound=first, portfolio=False)
+                r = relax.solve_fast(p, D, search_work=work * share, surrogate_bound=first, portfolio=False)
                 wall = time.perf_counter() - t0
                 if first:
                     bound = max(bound, r.lower_bound_j)

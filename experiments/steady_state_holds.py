@@ -42,7 +42,7 @@ from _common import RESULTS_DIR, doc_body, markdown_table, write_text_atomic  # 
 from bench_solvers import P2P_W, idle_priced_switch, make_profile  # noqa: E402
 
 from solvers import load_perseus_profile  # noqa: E402
-from solvers.hold import meets_deadline  # noqa: E402
+from solvers.feasibility import plan_meets_deadline as meets_deadline  # noqa: E402
 from solvers.lns import Budget  # noqa: E402
 from solvers.pipeline import task_name  # noqa: E402
 from solvers.relax import _improve, polish_budget, portfolio_members, solve_fast  # noqa: E402

@@ -4,7 +4,11 @@ A settle-time probe (measurement-notes §4 step 1): from ``frm``, set ``to`` and
 clock until it reads the target; the time from the call to the settled reading is τ. The energy
 counter ticks every ~100 ms and cannot resolve a switch of milliseconds, so ε is taken as the
 ready power at the target × τ (no energy beyond static: the device is idle while it settles).
-The result is a :class:`frontier.transition.TransitionTable` of measured pairs.
+The result is a :class:`frontier.transition.TransitionTable` of the measured pairs and a rule
+fitted to them (:func:`frontier.transition.fit_transition_rule`: τ linear in |Δ SM clock|,
+|Δ memory clock| and a power-limit change, by non-negative least squares; ε = ready power at
+the target × τ) that prices the pairs not measured. A switch the rule cannot price (a knob no
+measured pair changes) raises :class:`frontier.transition.TransitionRuleError`: never (0, 0).
 """
 
 from __future__ import annotations
@@ -41,7 +45,9 @@ def settle_time_s(device: Device, frm: OperatingPoint, to: OperatingPoint, timeo
 
 def measure_transitions(device: Device, omegas: Iterable[OperatingPoint], repeats: int = 3,
                         protocol: Protocol | None = None) -> TransitionTable:
-    """A table of measured (τ, ε) for every ordered pair of distinct ω_dev in ``omegas``.
+    """A table of measured (τ, ε) for every ordered pair of distinct ω_dev in ``omegas``, and
+    the rule fitted to them for every other pair (see the module docstring; its residual is
+    ``table.rule.describe()``).
 
     The device is restored afterwards. ε = ready power at the target × τ (see module doc)."""
     devs = list(dict.fromkeys(o.dev for o in omegas))
@@ -58,6 +64,6 @@ def measure_transitions(device: Device, omegas: Iterable[OperatingPoint], repeat
         for a, b in itertools.permutations(devs, 2):
             tau = float(np.median([settle_time_s(device, a, b) for _ in range(max(1, repeats))]))
             pairs[(a, b)] = (tau, ready[b] * tau)
-    return TransitionTable.from_pairs(pairs, device=None,
-                                      source=f"measured settle time on {device.name} "
-                                             "(ε = ready power × τ)")
+    return TransitionTable.fitted(pairs, power_w=ready, device=None,
+                                  source=f"measured settle time on {device.name} "
+                                         "(ε = ready power × τ; other pairs by the fitted rule)")

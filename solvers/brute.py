@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 
+from .feasibility import meets_deadline
 from .model import Problem
 
 
@@ -17,7 +18,7 @@ def brute_force(p: Problem, deadline_s: float, max_assignments: int = 200_000) -
     best, best_e = None, math.inf
     for ch in itertools.product(*(range(k) for k in ix.k)):
         mk = ix.makespan(ch)
-        if mk > deadline_s * (1 + 1e-12):
+        if not meets_deadline(mk, deadline_s):
             continue
         e = ix.objective(ch, mk)
         if e < best_e - 1e-12:

@@ -15,14 +15,24 @@ Method (exact, with a proof of optimality):
    incumbent. Pruning only removes partial plans that no optimal completion extends, so the
    result is exact; the label count is capped (``max_labels``) — past the cap the plan is
    returned with its Lagrangian gap and status ``feasible``.
+
+Steady state (``Problem(steady_state=True)``): each device's wrap switch (its last task → its
+first) couples two positions. The DP fixes the ω_dev of every wrapped device's first task, one
+run per combination (at most :data:`MAX_WRAP_RUNS`), charges the wrap to the last task's
+options (now a function of its option alone) and keeps the cheapest run: still exact. A wrap
+latency is additive only before the chain's first task; a chain whose other devices pay a
+wrap latency (which may overlap the work of the devices before them) is not a DP chain.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
+import math
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .feasibility import latest_makespan_s, meets_deadline
 from .model import Problem
 
 
@@ -37,8 +47,15 @@ class ChainArrays:
     sw: list[np.ndarray | None]      # switch energy incl. P_total·τ
 
 
+#: Most DP runs a steady-state chain may take (one per combination of the wrapped devices'
+#: first-task ω_dev); beyond it the problem is not treated as a DP chain.
+MAX_WRAP_RUNS = 256
+
+
 def chain_order(p: Problem) -> list[int] | None:
-    """The chain order if the problem is a chain whose switches are all between neighbours."""
+    """The chain order if the problem is a chain whose switches are all between neighbours
+    (in a steady state: whose wrap latencies are additive and few enough to enumerate; see
+    the module docstring)."""
     ix = p.index
     order = ix.order
     for a, b in zip(order, order[1:]):
@@ -47,7 +64,49 @@ def chain_order(p: Problem) -> list[int] | None:
     for pos, v in enumerate(order):
         if ix.tau[v] is not None and (pos == 0 or ix.dev_prev[v] != order[pos - 1]):
             return None
+    runs = 1
+    for _, first, groups in _wraps(p):
+        if first != order[0] and ix.wrap_tau[first].any():
+            return None
+        runs *= len(groups)
+    if runs > MAX_WRAP_RUNS:
+        return None
     return order
+
+
+def _wraps(p: Problem) -> list[tuple[int, int, list[list[int]]]]:
+    """(last, first, the first task's options grouped by ω_dev) of each priced wrap pair."""
+    ix = p.index
+    out = []
+    for first in range(ix.n):
+        if ix.wrap_tau[first] is None:
+            continue
+        groups: dict = {}
+        for b, o in enumerate(p.tasks[first].options):
+            groups.setdefault(o.omega.dev, []).append(b)
+        out.append((ix.wrap_prev[first], first, list(groups.values())))
+    return out
+
+
+def _fix_wrap(p: Problem, ca: ChainArrays, pos: dict[int, int],
+              fixed: list[tuple[int, int, list[int]]]) -> ChainArrays:
+    """``ca`` with each wrapped first task restricted to the options ``sel`` (one ω_dev) and
+    its wrap switch charged to the last task's options."""
+    ix = p.index
+    t, e, tau, sw = list(ca.t), list(ca.e), list(ca.tau), list(ca.sw)
+    n = len(t)
+    for last, first, sel in fixed:
+        i, j = pos[first], pos[last]
+        t[i], e[i] = t[i][sel], e[i][sel]
+        if tau[i] is not None:
+            tau[i], sw[i] = tau[i][:, sel], sw[i][:, sel]
+        if i + 1 < n and tau[i + 1] is not None:
+            tau[i + 1], sw[i + 1] = tau[i + 1][sel, :], sw[i + 1][sel, :]
+        # every option in sel has the same ω_dev, so the wrap's column is the same for all
+        wt = ix.wrap_tau[first][:, sel[0]]
+        t[j] = t[j] + wt
+        e[j] = e[j] + ix.wrap_extra[first][:, sel[0]] + ix.p_total * wt
+    return replace(ca, t=t, e=e, tau=tau, sw=sw)
 
 
 def chain_arrays(p: Problem, order: list[int]) -> ChainArrays:
@@ -131,10 +190,13 @@ class ChainResult:
 
 
 def lagrangian(ca: ChainArrays, deadline_s: float, iters: int = 60):
-    """Best Lagrangian bound and the best feasible Viterbi path found while bisecting on λ."""
+    """Best Lagrangian bound and the best feasible Viterbi path found while bisecting on λ.
+    Feasible means :func:`solvers.feasibility.meets_deadline`; the bound is for makespans up
+    to :func:`solvers.feasibility.latest_makespan_s` (the same set of plans)."""
+    D_max = latest_makespan_s(deadline_s)
     v0, ch0 = _viterbi(ca, 0.0)
     t0, e0 = _path_te(ca, ch0)
-    if t0 <= deadline_s:
+    if meets_deadline(t0, deadline_s):
         return 0.0, v0, ch0, e0            # unconstrained optimum meets the deadline: exact
     lo, hi = 0.0, 1.0
     best_lb = v0
@@ -142,8 +204,8 @@ def lagrangian(ca: ChainArrays, deadline_s: float, iters: int = 60):
     while True:
         v, ch = _viterbi(ca, hi)
         t, e = _path_te(ca, ch)
-        best_lb = max(best_lb, v - hi * deadline_s)
-        if t <= deadline_s:
+        best_lb = max(best_lb, v - hi * D_max)
+        if meets_deadline(t, deadline_s):
             best_ch, best_e = ch, e
             break
         lo, hi = hi, hi * 4
@@ -154,8 +216,8 @@ def lagrangian(ca: ChainArrays, deadline_s: float, iters: int = 60):
         mid = 0.5 * (lo + hi)
         v, ch = _viterbi(ca, mid)
         t, e = _path_te(ca, ch)
-        best_lb = max(best_lb, v - mid * deadline_s)
-        if t <= deadline_s:
+        best_lb = max(best_lb, v - mid * D_max)
+        if meets_deadline(t, deadline_s):
             hi = mid
             if e < best_e:
                 best_ch, best_e = ch, e
@@ -167,7 +229,7 @@ def lagrangian(ca: ChainArrays, deadline_s: float, iters: int = 60):
     # Splice the cheap infeasible path with the feasible one at one or two cut points: the
     # Lagrangian paths differ in few places, so this closes most of the duality gap cheaply.
     for a in infeasible:
-        ch, e = _splice(ca, a, best_ch, deadline_s)
+        ch, e = _splice(ca, a, best_ch, D_max)
         if e < best_e:
             best_ch, best_e = ch, e
     return hi, best_lb, best_ch, best_e
@@ -217,7 +279,7 @@ def _splice(ca: ChainArrays, a: list[int], b: list[int], D: float) -> tuple[list
             hj[j] = pa[j] - pb[j + 1] + _own_and_switch(ca, j, a[j - 1], b[j], what)
         hj[0] = np.inf
         g[what], h[what] = gi, hj
-    budget = D - tb[n] + 1e-12 * D
+    budget = D - tb[n]                    # D: the latest makespan allowed (tolerance included)
     best = (float(eb[n]), 0, 0)
     for i in range(n):
         dt = g["t"][i] + h["t"][i + 1:]
@@ -229,19 +291,22 @@ def _splice(ca: ChainArrays, a: list[int], b: list[int], D: float) -> tuple[list
     _, i, j = best
     ch = list(b[:i]) + list(a[i:j]) + list(b[j:])
     t, e = _path_te(ca, ch)
-    if t > D * (1 + 1e-12):          # guard against round-off at the boundary
+    if t > D:                        # guard against round-off at the boundary
         return list(b), _path_te(ca, b)[1]
     return ch, e
 
 
 def solve_chain(p: Problem, deadline_s: float, order: list[int], max_labels: int = 1_000_000,
-                rel_tol: float = 1e-12) -> ChainResult:
-    """Exact minimum-energy choice for a chain under ``deadline_s`` (see module docstring)."""
-    ca = chain_arrays(p, order)
-    # Accept what Problem.check_feasible accepts: a deadline a few ulps below the float sum of
-    # the fastest times is feasible (the all-fastest plan), not "no feasible chain plan".
-    deadline_s = deadline_s * (1 + 1e-12) + 1e-15
+                rel_tol: float = 1e-12, *, _ca: ChainArrays | None = None) -> ChainResult:
+    """Exact minimum-energy choice for a chain under ``deadline_s`` (see module docstring).
+    ``_ca``: the chain's arrays as :func:`_solve_wrapped` fixed them (internal)."""
+    if _ca is None and _wraps(p):
+        return _solve_wrapped(p, deadline_s, order, max_labels, rel_tol)
+    ca = chain_arrays(p, order) if _ca is None else _ca
+    # One feasibility predicate (solvers.feasibility): the DP optimises over every makespan
+    # that meets the deadline, so it accepts what Problem.check_feasible accepts.
     lam, lb, ch, ub = lagrangian(ca, deadline_s)
+    deadline_s = latest_makespan_s(deadline_s)
     if ch is None:
         raise ValueError("no feasible chain plan")   # callers check feasibility first
     tol = rel_tol * max(abs(ub), 1.0)
@@ -264,7 +329,40 @@ def solve_chain(p: Problem, deadline_s: float, order: list[int], max_labels: int
     choice = [0] * p.index.n
     for pos, v in enumerate(order):
         choice[v] = ch[pos]
-    return ChainResult(choice, float(ub), float(min(lb, ub)), exact, labels)
+    return ChainResult(choice, float(ub), float(lb), exact, labels)   # the bound raw, unclamped
+
+
+def _solve_wrapped(p: Problem, deadline_s: float, order: list[int], max_labels: int,
+                   rel_tol: float) -> ChainResult:
+    """:func:`solve_chain` of a steady state: one run per combination of the wrapped first
+    tasks' ω_dev (:func:`_fix_wrap`), the cheapest plan, and the least bound over the runs
+    (the optimum is the least of the runs' optima; a run no plan fits has none)."""
+    wraps = _wraps(p)
+    pos = {v: i for i, v in enumerate(order)}
+    ca = chain_arrays(p, order)
+    best: ChainResult | None = None
+    lb, labels, runs_exact = math.inf, 0, True
+    for sels in itertools.product(*(groups for _, _, groups in wraps)):
+        fixed = [(last, first, sel) for (last, first, _), sel in zip(wraps, sels)]
+        cf = _fix_wrap(p, ca, pos, fixed)
+        # the run's fastest plan (its least makespan, the wrap included) misses: no plan fits
+        if not meets_deadline(float((cf.t[0] + _suffix(cf, None)[0]).min()), deadline_s):
+            continue
+        try:
+            r = solve_chain(p, deadline_s, order, max_labels, rel_tol, _ca=cf)
+        except ValueError:
+            continue
+        choice = list(r.choice)
+        for _, first, sel in fixed:
+            choice[first] = sel[choice[first]]
+        lb, labels = min(lb, r.lower_bound_j), labels + r.labels
+        runs_exact &= r.exact
+        if best is None or r.energy_j < best.energy_j:
+            best = replace(r, choice=choice)
+    if best is None:
+        raise ValueError("no feasible chain plan")   # callers check feasibility first
+    # exact when every run was (then lb is the least optimum, the best plan's energy)
+    return ChainResult(best.choice, best.energy_j, float(lb), runs_exact, labels)
 
 
 def _cross_state_prune(ca: ChainArrays, nxt: int, T, E, S, par):
@@ -313,7 +411,7 @@ def _pareto_dp(ca: ChainArrays, D: float, lam: float, ub: float, tol: float, max
             b = v if b is None else np.maximum(b, v)
         return b
 
-    tslack = 1e-12 * max(D, 1.0)
+    tslack = 0.0                  # D is the latest makespan allowed, tolerance included
     # labels at position i: arrays T, E, state (option), parent index
     T = ca.t[0].copy()
     E = ca.e[0].copy()

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .feasibility import plan_meets_deadline
 from .model import Problem, Task
 
 #: (start, end) of the held window as fractions of the plan's makespan; the cheapest start wins.
@@ -115,12 +116,6 @@ def _apply(choice: np.ndarray, cores: list[_Core], slow, fast, split_s: float) -
     return ch
 
 
-def meets_deadline(p: Problem, choice: np.ndarray, deadline_s: float) -> bool:
-    """``choice``'s makespan is within ``deadline_s`` (a relative 1e-9 tolerance for the
-    rounding of summed durations)."""
-    return p.index.makespan(choice) <= deadline_s * (1 + 1e-9)
-
-
 def _window_levels(p: Problem, choice: np.ndarray, deadline_s: float, window: tuple[float, float],
                    band: float) -> tuple[list[_Core], list[tuple[int, ...]], int]:
     """The held tasks in ``window`` (fractions of ``choice``'s makespan), their levels
@@ -132,7 +127,7 @@ def _window_levels(p: Problem, choice: np.ndarray, deadline_s: float, window: tu
     lo, hi = -1, len(levels)
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if meets_deadline(p, _apply(choice, cores, levels[mid], levels[mid], 0.0), deadline_s):
+        if plan_meets_deadline(p, _apply(choice, cores, levels[mid], levels[mid], 0.0), deadline_s):
             lo = mid
         else:
             hi = mid
@@ -161,7 +156,7 @@ def hold_start(p: Problem, choice, deadline_s: float, window: tuple[float, float
             a, b = 0, len(splits)    # latest split that fits; splits[0] holds no slow task
             while b - a > 1:
                 mid = (a + b) // 2
-                if meets_deadline(p, _apply(choice, cores, levels[s], levels[f], splits[mid]), deadline_s):
+                if plan_meets_deadline(p, _apply(choice, cores, levels[s], levels[f], splits[mid]), deadline_s):
                     a = mid
                 else:
                     b = mid
@@ -239,3 +234,39 @@ def replan_levels(p: Problem, choice, deadline_s: float, window: tuple[float, fl
 def _ratio(cores: list[_Core], level: tuple[int, ...]) -> float:
     """The common ratio a level stands for: the largest of its cores' ratios."""
     return max(float(c.ratio[k]) for c, k in zip(cores, level))
+
+
+def wrap_polish(p: Problem, choice: np.ndarray, deadline_s: float, rounds: int = 3) -> np.ndarray:
+    """``choice`` improved where a steady state's wrap switch (a device's last task → its first)
+    is priced: the searches price consecutive pairs only, so this tries every option of each
+    wrapped device's first and last task, and both at once at one common ω_dev, keeping the
+    cheapest plan that meets ``deadline_s`` (:meth:`solvers.model._Index.objective`, wrap
+    included). About 3·K evaluations per wrapped device and round; ``choice`` itself when
+    nothing is wrapped or nothing better fits."""
+    ix = p.index
+    best = np.array(choice, dtype=int)
+    if not ix.steady_state:
+        return best
+    wraps = [(ix.wrap_prev[f], f) for f in range(ix.n) if ix.wrap_tau[f] is not None]
+    best_e = ix.objective(best) if plan_meets_deadline(p, best, deadline_s) else np.inf
+    for _ in range(rounds):
+        improved = False
+        for last, first in wraps:
+            om_l = [o.omega.dev for o in p.tasks[last].options]
+            om_f = [o.omega.dev for o in p.tasks[first].options]
+            moves = [((first, b),) for b in range(ix.k[first])]
+            moves += [((last, a),) for a in range(ix.k[last])]
+            moves += [((first, b), (last, a)) for b in range(ix.k[first])
+                      for a in range(ix.k[last]) if om_f[b] == om_l[a]]
+            for move in moves:
+                ch = best.copy()
+                for v, o in move:
+                    ch[v] = o
+                if np.array_equal(ch, best) or not plan_meets_deadline(p, ch, deadline_s):
+                    continue
+                e = ix.objective(ch)
+                if e < best_e - 1e-12 * max(abs(best_e), 1.0):
+                    best, best_e, improved = ch, e, True
+        if not improved:
+            break
+    return best

@@ -8,12 +8,20 @@ every switch on a pair costs the same (a :class:`~solvers.model.ConstantTransiti
 case), the pair instead gets one continuous z per operating point, z_ω ≥ X_u,ω − X_w,ω
 (solver-notes §4's cheaper special case, per ω): the same LP bound as the transport matrix
 (both price a switch at c·Σ_ω max(0, X_u,ω − X_w,ω)) with K instead of K² columns.
+A steady-state problem adds one more such pair per device, its last task → its first (the
+next iteration's): the same linearisation, its latency a lower bound on the first task's start.
 Options that cannot meet the deadline given critical-path bounds with the fastest options are
 fixed out; without switches, options dominated in (T, effective energy) are dropped too.
 
-Solvers: HiGHS (``highspy``) when importable, else CBC (bundled with PuLP 3, ``pulp[cbc]`` in
-PuLP 4), found with ``pulp.listSolvers(onlyAvailable=True)``. The status is read from
-``sol_status``: a time limit with an incumbent is *not* optimal.
+Solvers: HiGHS (``highspy``) wherever it is importable, CBC (bundled with PuLP 3,
+``pulp[cbc]`` in PuLP 4) as the fallback, found with ``pulp.listSolvers(onlyAvailable=True)``;
+when HiGHS answers without a solution (neither one nor a proof of infeasibility), the same
+model is solved by CBC. HiGHS runs with ``mip_rel_gap`` 0 and ``mip_abs_gap`` 1e-9 J (its
+defaults, 1e-4 and 1e-6 J, would call a 0.01 % gap "optimal"). A solve is budgeted by branch-and-bound nodes (``max_nodes``, work:
+the same on any machine); its time limit is only a safety net, and ``ILPResult.time_capped``
+says when it fired. The status is read from ``sol_status``: a time limit with an incumbent is
+*not* optimal. The lower bound is reported as the solver gives it (HiGHS' dual bound), never
+clamped to the plan's energy.
 
 A command-line solver (CBC) runs as a child process on files PuLP writes (``*-pulp.mps``,
 ``.sol``, ...). :func:`solver_sandbox` gives each solve a private temp folder, removed
@@ -37,9 +45,13 @@ import numpy as np
 
 from .model import Problem, SolverUnavailableError, constant_switch
 
-# CBC first: PuLP 3.3.2's in-process HiGHS (highspy 1.16) was seen to answer "not solved" and
-# then fail every later solve in the same process; HiGHS is used where CBC is absent (PuLP 4).
-_PREFERENCE = ("PULP_CBC_CMD", "COIN_CMD", "HiGHS", "HiGHS_CMD")
+# HiGHS first (issue 22: on 4x8 1F1B with 1 ms switches it beat our plan and bound in 60 s);
+# CBC is the fallback. PuLP 3.3.2's in-process HiGHS was once seen to answer "not solved":
+# solve_ilp then re-solves with the next solver, so such an answer never ends the solve.
+_PREFERENCE = ("HiGHS", "HiGHS_CMD", "PULP_CBC_CMD", "COIN_CMD")
+
+#: Branch-and-bound nodes one MILP solve may explore (its work budget) unless told otherwise.
+ILP_MAX_NODES = 20_000
 
 
 #: MIP starts through PuLP are off: both bundled back ends misbehaved with them (see solve_ilp).
@@ -55,8 +67,9 @@ def available_solvers() -> list[str]:
 
 
 def make_solver(name: str | None = None, time_limit_s: float | None = None, gap_rel: float = 0.0,
-                threads: int = 1, warm_start: bool = False):
-    """A PuLP solver object: ``name`` or the first available (CBC, then HiGHS)."""
+                threads: int = 1, warm_start: bool = False, max_nodes: int | None = None):
+    """A PuLP solver object: ``name`` or the first available (HiGHS, then CBC), with a
+    time limit (a safety net), a relative gap (0: solve to optimality) and a node budget."""
     import pulp
 
     avail = available_solvers()
@@ -76,8 +89,14 @@ def make_solver(name: str | None = None, time_limit_s: float | None = None, gap_
     if name in ("PULP_CBC_CMD", "COIN_CMD"):
         kw["threads"] = threads
         kw["warmStart"] = warm_start
+        if max_nodes is not None:
+            kw["maxNodes"] = int(max_nodes)
     elif name == "HiGHS":
         kw["threads"] = threads
+        kw["gapRel"] = float(gap_rel)          # HiGHS' default 1e-4 is no proof of optimality
+        kw["gapAbs"] = 1e-9                    # its default 1e-6 J shows as a gap of ~1e-8
+        if max_nodes is not None:
+            kw["mip_max_nodes"] = int(max_nodes)
         # PuLP 3.3.2's HiGHS returned "Not Solved" at once with msg=False on switch-cost models
         # (seen here); msg=True with HiGHS' own console log off solves them and stays quiet.
         kw["msg"] = True
@@ -191,6 +210,7 @@ class ILPResult:
     status: str
     optimal: bool
     solver: str
+    time_capped: bool = False    # the time limit (a safety net) ended the solve
 
 
 def allowed_options(p: Problem, deadline_s: float) -> list[list[int]]:
@@ -263,10 +283,13 @@ def build_model(p: Problem, deadline_s: float, allowed: list[list[int]] | None =
         prob += pulp.lpSum(x[v].values()) == 1, f"one_{v}"
     for u, w in ix.edges:
         prob += S[w] >= S[u] + dur[u], f"e_{u}_{w}"
-    for w in range(ix.n):
-        u = ix.dev_prev[w]
-        if u < 0:
-            continue
+    # consecutive same-device pairs, and a steady state's wrap pairs (last -> first: its
+    # latency delays the first task from 0, its energy is charged like any switch)
+    pairs = [(ix.dev_prev[w], w, False) for w in range(ix.n) if ix.dev_prev[w] >= 0]
+    pairs += [(ix.wrap_prev[w], w, True) for w in range(ix.n) if ix.wrap_tau[w] is not None]
+    for u, w, wrap in pairs:
+        tag = f"w{w}" if wrap else f"{w}"
+        mats = (ix.wrap_tau[w], ix.wrap_extra[w]) if wrap else (ix.tau[w], ix.extra[w])
         lat = 0
         const = None if transport else constant_switch(p, u, w)
         if const is not None:
@@ -275,26 +298,29 @@ def build_model(p: Problem, deadline_s: float, allowed: list[list[int]] | None =
             for om, aa in groups_u.items():
                 if not any(a in x[u] for a in aa):
                     continue
-                zv = _var(prob, f"z_{w}_{len(z)}", 0, 1, "Continuous")
+                zv = _var(prob, f"z_{tag}_{len(z)}", 0, 1, "Continuous")
                 prob += (zv >= pulp.lpSum(x[u][a] for a in aa if a in x[u])
-                         - pulp.lpSum(x[w][b] for b in groups_w.get(om, ()) if b in x[w])), f"z_{w}_{len(z)}"
+                         - pulp.lpSum(x[w][b] for b in groups_w.get(om, ()) if b in x[w])), f"z_{tag}_{len(z)}"
                 z.append(zv)
             sigma = pulp.lpSum(z)       # ≥ 1 exactly when ω changes (x integral), else can be 0
             lat = tau0 * sigma if tau0 > 0 else 0
             if ext0 > 0:
                 obj.append(ext0 * sigma)
-        elif ix.tau[w] is not None:
-            tau, ext = ix.tau[w], ix.extra[w]
+        elif mats[0] is not None:
+            tau, ext = mats
             # the full transport matrix, zero-cost pairs included: its marginals are x[u], x[w]
-            y = {(a, b): _var(prob, f"y_{w}_{a}_{b}", 0, 1, "Continuous")
+            y = {(a, b): _var(prob, f"y_{tag}_{a}_{b}", 0, 1, "Continuous")
                  for a in allowed[u] for b in allowed[w]}
             for a in allowed[u]:
-                prob += pulp.lpSum(y[a, b] for b in allowed[w]) == x[u][a], f"yr_{w}_{a}"
+                prob += pulp.lpSum(y[a, b] for b in allowed[w]) == x[u][a], f"yr_{tag}_{a}"
             for b in allowed[w]:
-                prob += pulp.lpSum(y[a, b] for a in allowed[u]) == x[w][b], f"yc_{w}_{b}"
+                prob += pulp.lpSum(y[a, b] for a in allowed[u]) == x[w][b], f"yc_{tag}_{b}"
             lat = pulp.lpSum(float(tau[a, b]) * yv for (a, b), yv in y.items() if tau[a, b] > 0)
             obj.append(pulp.lpSum(float(ext[a, b]) * yv for (a, b), yv in y.items() if ext[a, b] > 0))
-        prob += S[w] >= S[u] + dur[u] + lat, f"d_{u}_{w}"
+        if not wrap:
+            prob += S[w] >= S[u] + dur[u] + lat, f"d_{u}_{w}"
+        elif not isinstance(lat, int):
+            prob += S[w] >= lat, f"dw_{u}_{w}"
     for v in range(ix.n):
         if not ix.succs[v] and ix.dev_next[v] < 0:
             prob += M >= S[v] + dur[v], f"m_{v}"
@@ -304,9 +330,29 @@ def build_model(p: Problem, deadline_s: float, allowed: list[list[int]] | None =
 
 def solve_ilp(p: Problem, deadline_s: float, time_limit_s: float | None = 60.0, gap_rel: float = 0.0,
               warm_start: list[int] | np.ndarray | None = None, solver: str | None = None,
-              fallback_bound_j: float = -math.inf) -> ILPResult:
-    """Solve the compact MILP (:func:`build_model`) at ``deadline_s``; ``warm_start`` is an
-    incumbent choice."""
+              fallback_bound_j: float = -math.inf, max_nodes: int | None = ILP_MAX_NODES) -> ILPResult:
+    """Solve the compact MILP (:func:`build_model`) at ``deadline_s`` with ``solver`` or, by
+    default, HiGHS and then (when HiGHS gives no answer) CBC; ``warm_start`` is an incumbent
+    choice (unused, see :data:`MIP_STARTS_ENABLED`); ``max_nodes`` the node budget;
+    ``time_limit_s`` the safety net."""
+    names = [solver] if solver else (available_solvers() or [None])
+    r = None
+    for name in names:
+        r = _solve_ilp_with(p, deadline_s, time_limit_s, gap_rel, warm_start, name,
+                            fallback_bound_j, max_nodes)
+        if r.choice is not None or r.status == "infeasible":
+            return r
+    return r
+
+
+def _solve_ilp_with(p: Problem, deadline_s: float, time_limit_s: float | None, gap_rel: float,
+                    warm_start, solver: str | None, fallback_bound_j: float,
+                    max_nodes: int | None) -> ILPResult:
+    """:func:`solve_ilp` with one solver."""
+    import time
+
+    from .feasibility import meets_deadline
+
     ix = p.index
     prob, x, S, M = build_model(p, deadline_s)
     # Warm start: CBC's MIP start was seen to come back as an "optimal" solution violating
@@ -318,35 +364,70 @@ def solve_ilp(p: Problem, deadline_s: float, time_limit_s: float | None = 60.0, 
     name = solver or (available_solvers() or [None])[0]
     if MIP_STARTS_ENABLED and warm_start is not None and name == "HiGHS" and all(int(warm_start[v]) in x[v] for v in range(ix.n)):
         st, _, mk = ix.schedule(warm_start)
-        if mk <= deadline_s * (1 + 1e-12):
+        if meets_deadline(mk, deadline_s):
             for v in range(ix.n):
                 for a, xv in x[v].items():
                     xv.setInitialValue(1 if a == int(warm_start[v]) else 0)
                 S[v].setInitialValue(float(st[v]))
             M.setInitialValue(float(mk))
             use_warm = True
-    slv = make_solver(solver, time_limit_s, gap_rel, warm_start=use_warm)
-    with warnings.catch_warnings(), solver_sandbox(slv):
+    slv = make_solver(solver, time_limit_s, gap_rel, warm_start=use_warm, max_nodes=max_nodes)
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(), solver_sandbox(slv), _c_stdout_quiet(slv.name == "HiGHS"):
         warnings.simplefilter("ignore", DeprecationWarning)
         ret = prob.solve(slv)
+    # Not optimal once the time limit has passed: the safety net (not the node budget) ended it.
+    ran_out = time_limit_s is not None and time.perf_counter() - t0 >= 0.95 * float(time_limit_s)
     st = read_status(prob, ret)
     if st.infeasible:
         return ILPResult(None, math.inf, math.inf, "infeasible", False, slv.name)
     if not st.has_solution:
-        return ILPResult(None, math.inf, fallback_bound_j, st.name.lower(), False, slv.name)
+        return ILPResult(None, math.inf, fallback_bound_j, st.name.lower(), False, slv.name, ran_out)
     choice = []
     for v in range(ix.n):
         vals = {a: (xv.varValue or 0.0) for a, xv in x[v].items()}
         choice.append(max(vals, key=vals.get))
-    if ix.makespan(choice) > deadline_s * (1 + 1e-9):
-        return ILPResult(None, math.inf, fallback_bound_j, "invalid solution", False, slv.name)
+    if not meets_deadline(ix.makespan(choice), deadline_s):
+        return ILPResult(None, math.inf, fallback_bound_j, "invalid solution", False, slv.name, ran_out)
     energy = ix.objective(choice)
     optimal = st.optimal and gap_rel == 0.0
-    if optimal:
-        bound = energy
+    best = st.best_bound if st.best_bound is not None else _highs_dual_bound(prob)
+    if best is not None and math.isfinite(best):
+        bound = max(fallback_bound_j, best)                  # raw, as the solver proved it
     elif st.optimal:
         bound = max(fallback_bound_j, energy * (1 - gap_rel))   # optimal to within gap_rel
     else:
-        bound = max(fallback_bound_j, st.best_bound) if st.best_bound is not None else fallback_bound_j
-    return ILPResult(choice, energy, min(bound, energy), "optimal" if optimal else
-                     ("gap" if st.optimal else "time_limit"), optimal, slv.name)
+        bound = fallback_bound_j
+    return ILPResult(choice, energy, bound, "optimal" if optimal else
+                     ("gap" if st.optimal else "time_limit" if ran_out else "node_limit"),
+                     optimal, slv.name, ran_out and not st.optimal)
+
+
+@contextmanager
+def _c_stdout_quiet(on: bool) -> Iterator[None]:
+    """Point file descriptor 1 at /dev/null while ``on``: an in-process HiGHS prints its banner
+    on the C-level stdout before any option can be set (it would corrupt ``ecal ... --json``)."""
+    if not on:
+        yield
+        return
+    import sys
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _highs_dual_bound(prob) -> float | None:
+    """The MIP dual bound of an in-process HiGHS solve through PuLP 3 (None for other solvers)."""
+    model = getattr(prob, "solverModel", None)
+    try:
+        v = float(model.getInfo().mip_dual_bound)
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None

@@ -17,7 +17,8 @@ JSON problem format (``schema_version: "ecal.problem/1"``)::
                       "sd_time_s": 1e-5, "sd_energy_j": 0.01}, ...]},
         ...
       ],
-      "edges": [["a", "b"], ...]
+      "edges": [["a", "b"], ...],
+      "steady_state": true
     }
 
 Per option: ``time_s``; ``energy_j`` (total) or ``d_j`` (dynamic); optional ``s_w`` (static
@@ -29,6 +30,9 @@ priced between different ω_dev), ``sd_time_s``/``sd_energy_j`` (standard errors
 optional ``extra_var_time_s2``/``extra_var_energy_j2`` (Clark's remainder). An option without
 ``terms`` is its own leaf, keyed by ``key``. Same-device order = order of listing. ``transitions``
 per device: ``{"constant": {...}}`` or a ``frontier.transition.TransitionTable`` dict.
+``steady_state`` (optional, default false; written only when true): the tasks are one
+iteration of a loop, and each device's switch from its last task back to its first is charged
+(:class:`solvers.model.Problem`).
 A Perseus CSV (``stage,instruction,frequency,time,energy``) becomes a 1F1B problem
 (:func:`read_perseus_profile`, then :func:`solvers.pipeline.one_f_one_b`; options
 ``p2p_power_w``, ``n_microbatches``, ``transitions``).
@@ -126,9 +130,12 @@ def problem_from_dict(d: Any, file: str = "<dict>") -> Problem:
     edges = d.get("edges", [])
     if not isinstance(edges, list):
         raise FormatError(file, "edges", "must be a list of [before, after] pairs")
+    steady = d.get("steady_state", False)
+    if not isinstance(steady, bool):
+        raise FormatError(file, "steady_state", f"must be true or false, got {steady!r}")
     try:
         return Problem.build(tasks, [tuple(e) for e in edges], idle, trans or None,
-                             str(d.get("name", os.path.basename(file))))
+                             str(d.get("name", os.path.basename(file))), steady_state=steady)
     except EnergyCalculusError as exc:
         if isinstance(exc, FormatError):
             raise
@@ -259,8 +266,11 @@ def problem_to_dict(p: Problem) -> dict[str, Any]:
                 od.update(o.terms.to_dict())
             opts.append(od)
         tasks.append({"name": t.name, "device": t.device, "options": opts})
-    return {"schema_version": PROBLEM_SCHEMA, "name": p.name, "devices": devs, "tasks": tasks,
-            "edges": [list(e) for e in p.edges]}
+    out = {"schema_version": PROBLEM_SCHEMA, "name": p.name, "devices": devs, "tasks": tasks,
+           "edges": [list(e) for e in p.edges]}
+    if p.steady_state:           # only when set: files without it read as before
+        out["steady_state"] = True
+    return out
 
 
 def save_problem(p: Problem, path: str | os.PathLike) -> None:

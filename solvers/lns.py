@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .feasibility import meets_deadline, plan_meets_deadline
 from .model import Problem
 
 
@@ -84,9 +85,11 @@ class Budget:
             b = b.parent
         return True
 
-    def part(self, work: float, seconds: float) -> Budget:
-        """A child budget of at most ``work`` units and ``seconds`` (within what is left)."""
-        return Budget(min(work, self.left), min(time.perf_counter() + seconds, self.t_end), parent=self)
+    def part(self, work: float, seconds: float | None = None) -> Budget:
+        """A child budget of at most ``work`` units (within what is left). It shares this
+        budget's safety net (or, given ``seconds``, a tighter one)."""
+        t_end = self.t_end if seconds is None else min(time.perf_counter() + seconds, self.t_end)
+        return Budget(min(work, self.left), t_end, parent=self)
 
 
 #: Labels :func:`chain_dp` generates per work unit (about 0.13 ms of numpy work when this was
@@ -324,7 +327,7 @@ def windowed_rounding(p: Problem, time_s: np.ndarray, deadline_s: float, alpha: 
     ix = p.index
     D = float(deadline_s)
     _, end = ix.earliest(time_s)
-    if max(end, default=0.0) > D * (1 + 1e-12):
+    if not meets_deadline(max(end, default=0.0), D):
         return None
     cut = alpha * np.array(end) + (1 - alpha) * np.array(ix.latest_finish(time_s, D))
     choice = np.zeros(ix.n, dtype=int)
@@ -341,7 +344,7 @@ def windowed_rounding(p: Problem, time_s: np.ndarray, deadline_s: float, alpha: 
         if sub is None:
             return None
         choice[seq] = sub
-    if ix.makespan(choice) > D * (1 + 1e-12):
+    if not plan_meets_deadline(p, choice, D):
         return None
     return choice
 
@@ -405,15 +408,21 @@ def neighbourhoods(p: Problem) -> list[list[int]]:
 POLISH_ALPHAS: tuple[float, ...] = (0.5, 0.0, 1.0)
 
 
-def polish(p: Problem, choice: np.ndarray, deadline_s: float, budget_s: float = 8.0,
+#: Work units of a :func:`polish` or :func:`iterated_polish` called without a budget, and the
+#: wall-clock safety net that comes with it (s): work, not time, ends a search.
+DEFAULT_WORK = 2_000.0
+DEFAULT_SAFETY_NET_S = 600.0
+
+
+def polish(p: Problem, choice: np.ndarray, deadline_s: float, budget_s: float = DEFAULT_SAFETY_NET_S,
            alphas: tuple[float, ...] = POLISH_ALPHAS, paths: list[list[int]] | None = None,
-           cap: int = 48, gcap: int = 160, work: float = math.inf,
+           cap: int = 48, gcap: int = 160, work: float = DEFAULT_WORK,
            budget: Budget | None = None) -> np.ndarray:
     """Large-neighbourhood search: re-plan one path at a time (device chains and dependency
     paths, :func:`neighbourhoods`) with every other task held at a feasible start; keep the
     new plan when it meets the deadline and costs less. Sweeps cycle ``alphas`` until a whole
-    cycle finds nothing or the budget is spent: ``work`` units (:func:`path_cost`) and
-    ``budget_s`` seconds, or ``budget`` when given. Never returns a worse plan.
+    cycle finds nothing or the budget is spent: ``work`` units (:func:`path_cost`; the
+    ``budget_s`` seconds are a safety net), or ``budget`` when given. Never returns a worse plan.
     ``paths`` restricts the neighbourhoods; ``cap``/``gcap`` are :func:`chain_dp`'s label caps."""
     ix = p.index
     budget = Budget.of(work, budget_s) if budget is None else budget
@@ -440,7 +449,7 @@ def polish(p: Problem, choice: np.ndarray, deadline_s: float, budget_s: float = 
                 continue
             new = ch.copy()
             new[path] = sub
-            if ix.makespan(new) > D * (1 + 1e-12):
+            if not plan_meets_deadline(p, new, D):
                 continue
             e = ix.objective(new)
             if e < best - 1e-9 * abs(best):
@@ -475,16 +484,17 @@ def _touching(p: Problem, segment: list[int]) -> list[list[int]]:
     return out + [q for q in dependency_paths(p) if on.intersection(q)]
 
 
-def iterated_polish(p: Problem, choice: np.ndarray, deadline_s: float, budget_s: float = 8.0,
-                    seed: int = 0, max_segment: int = 32, work: float = math.inf,
+def iterated_polish(p: Problem, choice: np.ndarray, deadline_s: float,
+                    budget_s: float = DEFAULT_SAFETY_NET_S, seed: int = 0, max_segment: int = 32,
+                    work: float = DEFAULT_WORK,
                     budget: Budget | None = None, caps: tuple[int, int] = (16, 64)) -> np.ndarray:
     """Iterated local search on top of :func:`polish`: a *kick* makes a random segment of one
     device hold one ω (that of a random task in it; runs of one clock are what switch costs
     favour and what one-path moves cannot build); a kick that still meets the deadline has
     its freed slack used (:func:`solvers.relax.relax`) and the paths around the segment
     re-planned, and is kept when it costs less. Stops when the budget is spent (``work``
-    units, :func:`kick_cost` and :func:`path_cost`, and ``budget_s`` seconds, or ``budget``);
-    with a work limit that is reached first, ``seed`` makes the result reproducible. ``caps``:
+    units, :func:`kick_cost` and :func:`path_cost`, with ``budget_s`` seconds as a safety net,
+    or ``budget``); ``seed`` makes the result reproducible. ``caps``:
     :func:`chain_dp`'s label caps (``cap``, ``gcap``) in the re-planning after a kick."""
     from .relax import relax_repeatedly
 
@@ -504,7 +514,7 @@ def iterated_polish(p: Problem, choice: np.ndarray, deadline_s: float, budget_s:
         new = _hold(p, ch, seg, p.tasks[v].options[ch[v]].omega.dev)
         # A kick that misses the deadline is dropped, not crashed: measured on 16x64 1F1B,
         # crashing took half the time and 10 s of kicks ended higher (0.84 % vs 0.82 % gap).
-        if np.array_equal(new, ch) or ix.makespan(new) > D * (1 + 1e-12):
+        if np.array_equal(new, ch) or not plan_meets_deadline(p, new, D):
             budget.spend(kick_cost(p, tried=False))
             continue
         budget.spend(kick_cost(p, tried=True))
@@ -512,6 +522,6 @@ def iterated_polish(p: Problem, choice: np.ndarray, deadline_s: float, budget_s:
         new = polish(p, new, D, alphas=(0.5,), paths=_touching(p, seg), cap=caps[0], gcap=caps[1],
                      budget=budget)
         e = ix.objective(new)
-        if e < best - 1e-9 * abs(best) and ix.makespan(new) <= D * (1 + 1e-12):
+        if e < best - 1e-9 * abs(best) and plan_meets_deadline(p, new, D):
             best, ch = e, new
     return ch

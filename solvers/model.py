@@ -13,6 +13,10 @@ which the solvers use in the equivalent form
 per-task *effective energy* (Perseus) plus a charge on the makespan. Same-device order is the
 order in which tasks of a device are listed; consecutive tasks on one device become edges, and a
 switch of ω_dev between them costs (τ, ε) from that device's transition rule.
+
+A steady-state problem (``Problem(steady_state=True)``) is one iteration of a loop: each
+device also pays the switch from its last task back to its first (iteration k → k + 1), as a
+latency before its first task (which then starts no earlier than that) and its energy.
 """
 
 from __future__ import annotations
@@ -332,6 +336,10 @@ class Problem:
     transitions : per-device switching rule (``cost(frm_dev, to_dev) -> (time_s, energy_j)``);
         a single rule object applies to every device. ``None``: switching is free.
     name : a label used in plans and errors.
+    steady_state : the tasks are one iteration of a loop that repeats: each device's switch
+        from its last task (iteration k) to its first (iteration k + 1) is charged, as time
+        before the first task (it starts no earlier than that switch's latency) and energy.
+        False (default): each device starts the iteration at its first task's ω_dev for free.
 
     Build with :meth:`build` from plain data; the constructor validates and indexes.
     """
@@ -341,11 +349,15 @@ class Problem:
     idle_power_w: Mapping[str, float] = field(default_factory=dict)
     transitions: Any = None
     name: str = "problem"
+    steady_state: bool = False
 
     def __post_init__(self) -> None:
         tasks = tuple(self.tasks)
         if not tasks:
             raise ProblemError(f"{self.name}: no tasks")
+        if not isinstance(self.steady_state, (bool, np.bool_)):
+            raise ProblemError(f"{self.name}: steady_state must be a bool, got {self.steady_state!r}")
+        object.__setattr__(self, "steady_state", bool(self.steady_state))
         fixed = []
         seen: set[str] = set()
         for t in tasks:
@@ -394,10 +406,13 @@ class Problem:
     @classmethod
     def build(cls, tasks: Mapping[str, tuple[str, Sequence[Any]]] | Iterable[tuple[str, str, Sequence[Any]]],
               edges: Iterable[tuple[str, str]] = (), idle_power_w: Mapping[str, float] | None = None,
-              transitions: Any = None, name: str = "problem") -> Problem:
+              transitions: Any = None, name: str = "problem",
+              steady_state: bool = False) -> Problem:
         """From plain data: ``tasks`` maps name → (device, options) or is a sequence of
         (name, device, options); options are ``Signature``s, ``Option``s, (time_s, energy_j)
         pairs or mappings (``time_s``, ``energy_j`` or ``d_j``, ``s_w``, ``sd_*``, ``omega``).
+        ``steady_state``: charge each device's wrap switch (last task → first task of the next
+        iteration; see the class docstring).
 
         >>> p = Problem.build({"a": ("gpu0", [(1.0, 10.0), (2.0, 6.0)])}, idle_power_w={"gpu0": 1})
         >>> p.fastest_makespan_s()
@@ -411,11 +426,13 @@ class Problem:
             except (TypeError, ValueError):
                 raise ProblemError(f"{name}: a task must be (name, device, options), got {it!r}") from None
             ts.append(Task(str(nm), str(dev), tuple(opts)))
-        return cls(tuple(ts), tuple(edges), dict(idle_power_w or {}), transitions, name)
+        return cls(tuple(ts), tuple(edges), dict(idle_power_w or {}), transitions, name,
+                   steady_state)
 
     def with_(self, **changes: Any) -> Problem:
         """A copy with some fields changed (re-validated)."""
-        d = {k: getattr(self, k) for k in ("tasks", "edges", "idle_power_w", "transitions", "name")}
+        d = {k: getattr(self, k)
+             for k in ("tasks", "edges", "idle_power_w", "transitions", "name", "steady_state")}
         d["idle_power_w"] = dict(self.idle_power_w)
         if isinstance(d["transitions"], Mapping):
             d["transitions"] = dict(d["transitions"])
@@ -427,7 +444,8 @@ class Problem:
         # the read-only mappings do not pickle, and a search in a worker process
         # (:mod:`solvers.workers`) receives its problem this way.
         tr = dict(self.transitions) if isinstance(self.transitions, Mapping) else self.transitions
-        return (Problem, (self.tasks, self.edges, dict(self.idle_power_w), tr, self.name))
+        return (Problem, (self.tasks, self.edges, dict(self.idle_power_w), tr, self.name,
+                          self.steady_state))
 
     # -- derived ----------------------------------------------------------------------------
     @property
@@ -461,10 +479,22 @@ class Problem:
         could in rare cases be faster still.
         """
         cached = self.__dict__.get("_fastest_makespan_s")
+        if cached is None:
+            ch = self.fastest_plan_choice()
+            cached = float(self.index.makespan(ch))
+            object.__setattr__(self, "_fastest_makespan_s", cached)
+        return cached
+
+    def fastest_plan_choice(self) -> np.ndarray:
+        """The choice whose makespan is :meth:`fastest_makespan_s` (the first of the candidate
+        plans tried there that reaches it): a plan that meets any deadline
+        :meth:`check_feasible` accepts."""
+        cached = self.__dict__.get("_fastest_plan_choice")
         if cached is not None:
-            return cached
+            return cached.copy()
         ix = self.index
-        best = float(ix.makespan(ix.fastest_choice()))
+        best_ch = ix.fastest_choice()
+        best = float(ix.makespan(best_ch))
         if self.has_transitions:
             per_task = [[o.omega.dev for o in t.options] for t in self.tasks]
             devs = sorted({w for ws in per_task for w in ws})
@@ -480,9 +510,22 @@ class Problem:
                 # each task's fastest option at this ω_dev (first among ties), else its fastest
                 tm = np.where(ids == i, times, np.inf)
                 choice = np.where(np.isfinite(tm.min(axis=1)), np.argmin(tm, axis=1), fastest)
-                best = min(best, float(ix.makespan(choice)))
-        object.__setattr__(self, "_fastest_makespan_s", best)
-        return best
+                mk = float(ix.makespan(choice))
+                if mk < best:
+                    best, best_ch = mk, choice
+        object.__setattr__(self, "_fastest_plan_choice", np.asarray(best_ch, dtype=int))
+        return np.array(best_ch, dtype=int)
+
+    def plan_terms(self, choice: Sequence[int], path: Sequence[bool],
+                   devices: Sequence[str] | None = None) -> Any:
+        """Per-leaf sensitivities of the energy of ``devices`` and of the end of ``path``
+        under ``choice`` (:func:`solvers.plan.plan_terms`; ``.variances()`` gives σ²). Here so
+        that code reading a problem by its attributes (``measure.execute``) gets the plan's
+        own uncertainty without importing ``solvers``."""
+        # lazy: solvers.plan imports this module
+        from .plan import plan_terms
+
+        return plan_terms(self, choice, path, devices)
 
     def deadline_s(self, deadline: float | str) -> float:
         """Resolve a deadline: seconds, or ``"1.05x"`` (a factor of the fastest makespan)."""
@@ -501,8 +544,10 @@ class Problem:
 
     def check_feasible(self, deadline_s: float) -> None:
         """Raise :class:`InfeasibleError` when ``deadline_s`` is below the fastest makespan."""
+        from .feasibility import meets_deadline  # the one feasibility predicate
+
         fm = self.fastest_makespan_s()
-        if deadline_s < fm * (1 - 1e-12) - 1e-15:
+        if not meets_deadline(fm, deadline_s):
             raise InfeasibleError(
                 f"{self.name}: deadline {deadline_s:.6g} s is below the fastest achievable "
                 f"makespan {fm:.6g} s (all tasks at their fastest option)", fm)
@@ -523,6 +568,7 @@ class _Index:
         self.power = {d: float(p.idle_power_w.get(d, 0.0)) for d in self.devices}
         self.p_total = sum(self.power.values())
         self.time = [np.array([o.time_s for o in t.options]) for t in p.tasks]
+        self._omegas = [[o.omega.dev for o in t.options] for t in p.tasks]
         self.energy = [np.array([o.energy_j for o in t.options]) for t in p.tasks]
         # Effective energy: what a task adds beyond the device's idle power over its duration.
         self.cost = [self.energy[i] - self.power[self.device[i]] * self.time[i] for i in range(n)]
@@ -552,6 +598,18 @@ class _Index:
         # (extra = max(ε, P·τ) − P·τ, what the switch costs beyond idle power).
         self.tau: list[np.ndarray | None] = [None] * n
         self.extra: list[np.ndarray | None] = [None] * n
+        # Steady state: the wrap pair (last -> first) of each device with two tasks or more;
+        # wrap_tau[first], wrap_extra[first] price it as tau/extra do a consecutive pair
+        # (None where it never costs anything). Kept apart from tau/extra, whose pairs are
+        # always (dev_prev[b], b): the wrap is not a precedence edge (it would be a cycle).
+        self.steady_state = bool(p.steady_state)
+        self.wrap_prev = [-1] * n
+        self.wrap_tau: list[np.ndarray | None] = [None] * n
+        self.wrap_extra: list[np.ndarray | None] = [None] * n
+        if self.steady_state:
+            for seq in dev_seq.values():
+                if len(seq) >= 2:
+                    self.wrap_prev[seq[0]] = seq[-1]
         self.has_transitions = False
         cache: dict[tuple[str, Any, Any], tuple[float, float]] = {}
         for d, seq in dev_seq.items():
@@ -560,42 +618,51 @@ class _Index:
                 continue
             pw = self.power[d]
             mats: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
-            for a, b in zip(seq, seq[1:]):
+            pairs = list(zip(seq, seq[1:]))
+            if self.wrap_prev[seq[0]] >= 0:
+                pairs.append((seq[-1], seq[0]))
+            for a, b in pairs:
+                wrap = a == seq[-1] and b == seq[0]
                 oa = [o.omega.dev for o in p.tasks[a].options]
                 ob = [o.omega.dev for o in p.tasks[b].options]
                 mkey = (tuple(oa), tuple(ob))
-                if mkey in mats:             # 1F1B: every pair on a device shares its ω lists
-                    tau, ext = mats[mkey]
-                    if tau.any() or ext.any():
-                        self.has_transitions = True
-                        self.tau[b] = tau
-                        self.extra[b] = ext
-                    continue
-                tau = np.zeros((len(oa), len(ob)))
-                ext = np.zeros((len(oa), len(ob)))
-                for i, wa in enumerate(oa):
-                    for j, wb in enumerate(ob):
-                        if wa == wb:
-                            continue
-                        key = (d, wa, wb)
-                        c = cache.get(key)
-                        if c is None:
-                            try:
-                                c = tuple(float(x) for x in rule.cost(wa, wb))
-                            except (TypeError, ValueError) as exc:
-                                raise ProblemError(f"device {d!r}: transition {wa.label()} -> "
-                                                   f"{wb.label()}: {exc}") from None
-                            if len(c) != 2 or not all(math.isfinite(x) and x >= 0 for x in c):
-                                raise ProblemError(f"device {d!r}: transition {wa.label()} -> "
-                                                   f"{wb.label()} cost {c!r} must be (time_s >= 0, energy_j >= 0)")
-                            cache[key] = c
-                        tau[i, j] = c[0]
-                        ext[i, j] = max(c[1], pw * c[0]) - pw * c[0]
-                mats[mkey] = (tau, ext)
+                if mkey not in mats:         # 1F1B: every pair on a device shares its ω lists
+                    mats[mkey] = self._switch_mats(d, rule, pw, oa, ob, cache)
+                tau, ext = mats[mkey]
                 if tau.any() or ext.any():
                     self.has_transitions = True
-                    self.tau[b] = tau
-                    self.extra[b] = ext
+                    if wrap:
+                        self.wrap_tau[b], self.wrap_extra[b] = tau, ext
+                    else:
+                        self.tau[b], self.extra[b] = tau, ext
+
+    @staticmethod
+    def _switch_mats(d: str, rule: Any, pw: float, oa: list, ob: list,
+                     cache: dict) -> tuple[np.ndarray, np.ndarray]:
+        """(τ, extra) matrices of switching from options with ω_dev ``oa`` to ``ob`` on ``d``."""
+        tau = np.zeros((len(oa), len(ob)))
+        ext = np.zeros((len(oa), len(ob)))
+        for i, wa in enumerate(oa):
+            for j, wb in enumerate(ob):
+                if wa == wb:
+                    continue
+                key = (d, wa, wb)
+                c = cache.get(key)
+                if c is None:
+                    try:
+                        c = tuple(float(x) for x in rule.cost(wa, wb))
+                    except EnergyCalculusError as exc:      # names the pair already
+                        raise ProblemError(f"device {d!r}: {exc}") from None
+                    except (TypeError, ValueError) as exc:
+                        raise ProblemError(f"device {d!r}: transition {wa.label()} -> "
+                                           f"{wb.label()}: {exc}") from None
+                    if len(c) != 2 or not all(math.isfinite(x) and x >= 0 for x in c):
+                        raise ProblemError(f"device {d!r}: transition {wa.label()} -> "
+                                           f"{wb.label()} cost {c!r} must be (time_s >= 0, energy_j >= 0)")
+                    cache[key] = c
+                tau[i, j] = c[0]
+                ext[i, j] = max(c[1], pw * c[0]) - pw * c[0]
+        return tau, ext
 
     def _topo(self, name: str) -> list[int]:
         n = self.n
@@ -641,6 +708,9 @@ class _Index:
                 groups.setdefault(id(m), (m, []))[1].append(b)
         prev = np.array(self.dev_prev, dtype=int)
         tau_groups = [(m, np.array(bs), prev[np.array(bs)]) for m, bs in groups.values()]
+        # the wrap pairs of a steady state (never the same task as a consecutive pair's b)
+        tau_groups += [(self.wrap_tau[b], np.array([b]), np.array([self.wrap_prev[b]]))
+                       for b in range(self.n) if self.wrap_tau[b] is not None]
         return off[:-1], tflat, tau_groups
 
     @cached_property
@@ -661,8 +731,9 @@ class _Index:
 
     @cached_property
     def switch_free_devices(self) -> frozenset[str]:
-        """Devices where no switch costs anything."""
-        return frozenset(d for d, seq in self.dev_seq.items() if all(self.tau[u] is None for u in seq))
+        """Devices where no switch costs anything (the steady-state wrap included)."""
+        return frozenset(d for d, seq in self.dev_seq.items()
+                         if all(self.tau[u] is None and self.wrap_tau[u] is None for u in seq))
 
     @cached_property
     def switch_free_tasks(self) -> np.ndarray:
@@ -690,7 +761,8 @@ class _Index:
         return tflat[off + np.asarray(choice, dtype=int)]
 
     def switch_tau(self, choice: Sequence[int]) -> np.ndarray:
-        """Switch latency before each task (0 when none)."""
+        """Switch latency before each task (0 when none); in a steady state a device's first
+        task carries the wrap switch from its last task."""
         out = np.zeros(self.n)
         ch = np.asarray(choice, dtype=int)
         for m, bs, prev in self._flat[2]:
@@ -705,9 +777,9 @@ class _Index:
     def critical_chain(self, start: Sequence[float], end: Sequence[float], tau: Sequence[float],
                        last: int | None = None) -> list[int]:
         """Tasks on one critical chain of a schedule, from ``last`` (default: the task that ends
-        last) back to a task that starts at 0, walking through tight edges (same-device order,
-        with its switch latency, first; then dependencies). Tight means within 1e-12 relative
-        to the makespan."""
+        last) back to a task that starts at 0 (or after its steady-state wrap switch), walking
+        through tight edges (same-device order, with its switch latency, first; then
+        dependencies). Tight means within 1e-12 relative to the makespan."""
         if self.n == 0:
             return []
         tol = 1e-12 * max(float(max(end)), 1.0)
@@ -729,7 +801,8 @@ class _Index:
 
     def earliest(self, dur_s: Sequence[float], tau_s: Sequence[float] | None = None) -> tuple[list, list]:
         """ASAP start and end of each task (Python lists) for given durations and switch
-        latencies before each task (none when ``tau_s`` is None); durations may be fractional."""
+        latencies before each task (none when ``tau_s`` is None); durations may be fractional.
+        A latency before a device's first task (the steady-state wrap) delays it from 0."""
         # Python floats and lists: scalar numpy indexing would dominate this loop.
         dur = np.asarray(dur_s, dtype=float).tolist()
         tau = [0.0] * self.n if tau_s is None else np.asarray(tau_s, dtype=float).tolist()
@@ -742,8 +815,11 @@ class _Index:
                 if end[u] > s:
                     s = end[u]
             u = dev_prev[v]
-            if u >= 0 and end[u] + tau[v] > s:
-                s = end[u] + tau[v]
+            if u >= 0:
+                if end[u] + tau[v] > s:
+                    s = end[u] + tau[v]
+            elif tau[v] > s:
+                s = tau[v]
             start[v] = s
             end[v] = s + dur[v]
         return start, end
@@ -806,17 +882,31 @@ class _Index:
         return lf
 
     def switch_extra(self, choice: Sequence[int]) -> tuple[float, int]:
-        """Σ extra switch energy beyond idle power, and the number of ω_dev switches."""
+        """Σ extra switch energy beyond idle power, and the number of switches that cost
+        something (time or energy); the steady-state wraps included."""
         tot, n_sw = 0.0, 0
         for b in range(self.n):
-            m = self.tau[b]
-            if m is not None:
-                a = self.dev_prev[b]
-                i, j = choice[a], choice[b]
-                if m[i, j] > 0 or self.extra[b][i, j] > 0:
-                    n_sw += 1
-                    tot += self.extra[b][i, j]
+            for m, ext, a in ((self.tau[b], self.extra[b], self.dev_prev[b]),
+                              (self.wrap_tau[b], self.wrap_extra[b], self.wrap_prev[b])):
+                if m is not None:
+                    i, j = choice[a], choice[b]
+                    if m[i, j] > 0 or ext[i, j] > 0:
+                        n_sw += 1
+                        tot += ext[i, j]
         return tot, n_sw
+
+    def switch_counts(self, choice: Sequence[int]) -> dict[str, int]:
+        """Per device, how many times ω_dev changes in one iteration under ``choice``: between
+        consecutive tasks, plus (in a steady state) from the last task back to the first.
+        Counts changes of the operating point, priced or free."""
+        out = {d: 0 for d in self.dev_seq}
+        omega = self._omegas
+        for d, seq in self.dev_seq.items():
+            pairs = list(zip(seq, seq[1:]))
+            if self.wrap_prev[seq[0]] >= 0:
+                pairs.append((seq[-1], seq[0]))
+            out[d] = sum(1 for a, b in pairs if omega[a][int(choice[a])] != omega[b][int(choice[b])])
+        return out
 
     def objective(self, choice: Sequence[int], makespan_s: float | None = None) -> float:
         """Total energy of ``choice`` (J) with the device horizon at its makespan."""
@@ -829,9 +919,15 @@ def constant_switch(p: Problem, u: int, w: int):
     """``(time_s, extra_j, options of u by ω, options of w by ω)`` when every switch between
     consecutive tasks ``u`` → ``w`` costs the same time and extra energy (and staying on one ω
     costs nothing), else None (no switch cost on the pair, or costs that depend on the pair
-    of operating points)."""
+    of operating points). ``u`` → ``w`` is a consecutive pair (``dev_prev[w] == u``) or, in a
+    steady state, a device's wrap pair (``wrap_prev[w] == u``: last task → first)."""
     ix = p.index
-    tau, ext = ix.tau[w], ix.extra[w]
+    if ix.dev_prev[w] == u:
+        tau, ext = ix.tau[w], ix.extra[w]
+    elif ix.wrap_prev[w] == u:
+        tau, ext = ix.wrap_tau[w], ix.wrap_extra[w]
+    else:
+        return None
     if tau is None:
         return None
     om_u = [o.omega.dev for o in p.tasks[u].options]

@@ -15,6 +15,7 @@ from frontier.errors import FormatError
 from frontier.io import read_json, write_json_atomic
 from frontier.signature import Term, variances_from_terms
 
+from .feasibility import CertificateError, bound_proves, check_bound, meets_deadline
 from .model import Problem
 
 PLAN_SCHEMA = "ecal.plan/1"
@@ -45,9 +46,15 @@ class Plan:
     ``energy_j`` = ``static_busy_j + idle_j + dynamic_j + transition_j``; ``sd_*`` are the
     delta-method σ over the distinct measured leaves behind the chosen options (a leaf used k
     times contributes k²·var; see :func:`plan_terms`), the σ ``frontier.dag`` gives for the
-    chosen signatures on the plan's schedule. ``lower_bound_j`` is a proven lower bound on the
-    optimum at this deadline and ``gap`` = (energy − bound)/energy (0 only when optimality is proven). ``status`` is
-    ``optimal``, ``feasible`` (gap not closed) or ``time_limit``.
+    chosen signatures on the plan's schedule. ``lower_bound_j`` is the method's lower bound on
+    the optimum at this deadline as it computed it (never clamped to the plan's energy; one
+    above it by more than :data:`solvers.feasibility.BOUND_REL_TOL` raises) and ``gap`` =
+    max(0, (energy − bound)/energy) (0 below :data:`solvers.feasibility.PROOF_REL_TOL`: float
+    rounding). ``status`` is ``optimal`` (the method proved it),
+    ``feasible`` (gap not closed) or ``time_limit``. ``time_capped`` is True when a wall-clock
+    safety net (``time_limit_s``) fired while this plan was made: then another machine, or
+    the same one under another load, may return another plan; otherwise the plan depends
+    only on the input (every search is budgeted by work).
     """
 
     problem: str
@@ -68,6 +75,7 @@ class Plan:
     wall_s: float
     tasks: tuple[TaskPlan, ...]
     meta: Mapping[str, Any] = field(default_factory=dict)
+    time_capped: bool = False
 
     @property
     def choice(self) -> dict[str, int]:
@@ -90,11 +98,12 @@ class Plan:
             f"  bound      {self.lower_bound_j:10.3f} J   gap {self.gap * 100:.3f} %",
             f"  wall time  {self.wall_s:.3f} s",
         ]
-        search = self.meta.get("search")
-        if isinstance(search, Mapping) and search.get("capped_by_time"):
-            lines.append(f"  note: the search hit its {search.get('time_cap_s')} s cap after "
-                         f"{search.get('work_units')} of {search.get('work_budget')} work units, "
-                         f"so another machine may return another plan")
+        if self.time_capped:
+            search = self.meta.get("search")
+            done = (f" after {search.get('work_units')} of {search.get('work_budget')} work units"
+                    if isinstance(search, Mapping) else "")
+            lines.append(f"  note: the wall-clock safety net (time limit) fired{done}, so another "
+                         f"machine or load may return another plan")
         for dev, labels in list(per_dev.items())[:8]:
             uniq = list(dict.fromkeys(labels))
             shown = ", ".join(uniq[:4]) + (f", … ({len(uniq)} distinct)" if len(uniq) > 4 else "")
@@ -123,6 +132,8 @@ class Plan:
             if k in ("tasks", "meta"):
                 continue
             if k not in d:
+                if k == "time_capped":         # plans written before the flag existed
+                    continue
                 raise FormatError(file, k, "missing")
             kw[k] = d[k]
         tasks = []
@@ -151,15 +162,22 @@ def _gap(energy: float, bound: float) -> float:
 
 def make_plan(problem: Problem, choice: Sequence[int], deadline_s: float, *, method: str,
               lower_bound_j: float, wall_s: float, proven: bool = False,
-              status: str | None = None, meta: Mapping[str, Any] | None = None) -> Plan:
+              status: str | None = None, meta: Mapping[str, Any] | None = None,
+              time_capped: bool = False) -> Plan:
     """Evaluate ``choice`` on ``problem`` into a :class:`Plan`.
 
-    ``proven`` marks an exact optimum (gap 0, bound = energy). Otherwise the gap is measured
-    against ``lower_bound_j``.
+    ``lower_bound_j`` is reported as given; the gap is measured against it. ``proven`` says
+    the method itself proved the plan optimal (exhaustive DP or enumeration, a MILP solved to
+    optimality, a bound that reaches the energy): status ``optimal``. Raises
+    :class:`~solvers.feasibility.CertificateError` when the plan misses ``deadline_s``
+    (:func:`~solvers.feasibility.meets_deadline`) or the bound exceeds its energy.
     """
     ix = problem.index
     choice = [int(c) for c in choice]
     start, end, mk = ix.schedule(choice)
+    if not meets_deadline(mk, deadline_s):
+        raise CertificateError(f"{problem.name}: {method} plan's makespan {mk!r} s misses its "
+                               f"deadline {deadline_s!r} s (internal error)")
     lf = ix.latest(choice, max(deadline_s, mk))
     dur = end - start
     tau = ix.switch_tau(choice)
@@ -169,13 +187,11 @@ def make_plan(problem: Problem, choice: Sequence[int], deadline_s: float, *, met
     dynamic = float(sum(o.d_j for o in opts))
     busy = {d: 0.0 for d in ix.devices}
     sw_time = {d: 0.0 for d in ix.devices}
-    n_sw = 0
+    # ω_dev changes per iteration (a steady state's wrap included)
+    n_sw = sum(ix.switch_counts(choice).values())
     for i in range(ix.n):
         busy[ix.device[i]] += dur[i]
         sw_time[ix.device[i]] += tau[i]
-        a = ix.dev_prev[i]
-        if a >= 0 and opts[a].omega.dev != opts[i].omega.dev:
-            n_sw += 1
     idle = float(sum(ix.power[d] * max(mk - busy[d] - sw_time[d], 0.0) for d in ix.devices))
     trans = float(sum(ix.power[ix.device[i]] * tau[i] for i in range(ix.n))) + extra
     energy = static_busy + idle + dynamic + trans
@@ -191,13 +207,14 @@ def make_plan(problem: Problem, choice: Sequence[int], deadline_s: float, *, met
                  float(opts[i].energy_j / dur[i]) if dur[i] > 0 else float(opts[i].s_w),
                  float(max(lf[i] - end[i], 0.0)), opts[i].omega.sm_clock_mhz)
         for i in range(ix.n))
-    bound = energy if proven else float(lower_bound_j)
-    gap = 0.0 if proven else _gap(energy, bound)
+    bound = float(lower_bound_j)
+    check_bound(bound, energy, f"{problem.name}: {method} plan")
+    gap = 0.0 if bound_proves(bound, energy) else _gap(energy, bound)   # below 1e-9: rounding
     if status is None:
         status = "optimal" if proven else "feasible"
     return Plan(problem.name, method, status, float(deadline_s), float(mk), math.sqrt(var_t),
                 float(energy), math.sqrt(var_e), static_busy, idle, dynamic, trans, n_sw,
-                bound, gap, float(wall_s), tasks, dict(meta or {}))
+                bound, gap, float(wall_s), tasks, dict(meta or {}), bool(time_capped))
 
 
 @dataclass(frozen=True)
@@ -294,28 +311,34 @@ class ParetoCurve:
         """Lower bound at each point, J."""
         return np.array([p.lower_bound_j for p in self.plans])
 
+    @property
+    def time_capped(self) -> bool:
+        """Whether a wall-clock safety net fired for any plan of the curve."""
+        return any(p.time_capped for p in self.plans)
+
     def energy_at(self, deadline_s: float) -> float:
         """Least energy of a plan on the curve whose makespan meets ``deadline_s`` (inf if none)."""
         best = math.inf
         for p in self.plans:
-            if p.makespan_s <= deadline_s * (1 + 1e-12) and p.energy_j < best:
+            if meets_deadline(p.makespan_s, deadline_s) and p.energy_j < best:
                 best = p.energy_j
         for mk, e, _ in self.dense:
-            if mk <= deadline_s * (1 + 1e-12) and e < best:
+            if meets_deadline(mk, deadline_s) and e < best:
                 best = e
         return best
 
     @property
     def max_gap(self) -> float:
         """Largest relative gap over grid plans and dense points."""
-        gaps = [p.gap for p in self.plans] + [(e - b) / e for _, e, b in self.dense if e > 0]
+        gaps = [p.gap for p in self.plans] + [max(e - b, 0.0) / e for _, e, b in self.dense if e > 0]
         return max(gaps) if gaps else math.inf
 
     def summary(self) -> str:
         """A short human table (at most ~12 rows)."""
         n = len(self.plans)
         lines = [f"pareto curve for {self.problem}: {n} points, method {self.method}, "
-                 f"{'exact' if self.exact else 'bounded'}, {self.wall_s:.2f} s",
+                 f"{'exact' if self.exact else 'bounded'}, {self.wall_s:.2f} s"
+                 + (", time-capped (another machine may differ)" if self.time_capped else ""),
                  f"  {'deadline ms':>12} {'makespan ms':>12} {'energy J':>12} {'gap %':>8} {'switches':>8}"]
         idx = sorted(set(np.linspace(0, n - 1, min(n, 12)).round().astype(int))) if n else []
         for i in idx:
@@ -332,7 +355,7 @@ class ParetoCurve:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (``schema_version`` ``ecal.pareto/1``)."""
         return {"schema_version": CURVE_SCHEMA, "problem": self.problem, "method": self.method,
-                "wall_s": self.wall_s, "exact": self.exact,
+                "wall_s": self.wall_s, "exact": self.exact, "time_capped": self.time_capped,
                 "plans": [p.to_dict() for p in self.plans],
                 "dense": [{"makespan_s": m, "energy_j": e, "bound_j": b} for m, e, b in self.dense]}
 

@@ -36,8 +36,9 @@ import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
 
-from .ascent import ASCENT_ITERS, ASCENT_S, flow_ascent
-from .hold import best_hold, held_problem, held_problem_values, meets_deadline, replan_levels
+from .ascent import ASCENT_ITERS, flow_ascent_capped
+from .feasibility import check_bound, latest_makespan_s, meets_deadline, plan_meets_deadline
+from .hold import best_hold, held_problem, held_problem_values, replan_levels, wrap_polish
 from .lns import Budget, iterated_polish, polish, windowed_rounding
 from .model import Problem
 from .switch_lp import switch_lp_duals
@@ -451,12 +452,11 @@ def lagrangian_bound(p: Problem, lp: HullLP, duals: np.ndarray, deadline_s: floa
 def scaled_lagrangian_plan(p: Problem, fl: Flow, deadline_s: float, iters: int = 25) -> np.ndarray | None:
     """Smallest scaling θ of the flow whose per-device Viterbi plan meets the deadline
     (bisection; the plan speeds up as θ grows)."""
-    ix = p.index
     lo, hi = 0.0, 1.0
     best = None
     for _ in range(40):
         _, ch = device_viterbi(p, hi * fl.f, hi * fl.mu_dev)
-        if ix.makespan(ch) <= deadline_s * (1 + 1e-12):
+        if plan_meets_deadline(p, ch, deadline_s):
             best = ch
             break
         lo, hi = hi, hi * 2
@@ -465,7 +465,7 @@ def scaled_lagrangian_plan(p: Problem, fl: Flow, deadline_s: float, iters: int =
     for _ in range(iters):
         mid = 0.5 * (lo + hi)
         _, ch = device_viterbi(p, mid * fl.f, mid * fl.mu_dev)
-        if ix.makespan(ch) <= deadline_s * (1 + 1e-12):
+        if plan_meets_deadline(p, ch, deadline_s):
             hi, best = mid, ch
         else:
             lo = mid
@@ -566,7 +566,7 @@ def uniform_per_device(p: Problem, deadline_s: float, sweeps: int = 6) -> np.nda
             dur[:, v] = ix.time[v][plans[:, v]]
             cost += ix.cost[v][plans[:, v]]
         mk = ix.batch_makespan(dur)
-        return np.where(mk <= deadline_s * (1 + 1e-12), ix.p_total * mk + cost, np.inf)
+        return np.where(mk <= latest_makespan_s(deadline_s), ix.p_total * mk + cost, np.inf)
 
     best = float(evaluate(ch[None, :])[0])
     if not np.isfinite(best):
@@ -620,7 +620,7 @@ def crash(p: Problem, choice: np.ndarray, deadline_s: float, max_iter: int = 20_
     ch = choice.copy()
     for _ in range(max_iter):
         start, end, mk = ix.schedule(ch)
-        if mk <= deadline_s * (1 + 1e-12):
+        if meets_deadline(mk, deadline_s):
             return ch
         lf = ix.latest(ch, mk)
         tol = 1e-9 * mk
@@ -721,6 +721,7 @@ class FastResult:
     lp_bound_j: float = -math.inf
     slope_j_per_s: float = 0.0
     search: dict | None = None    # switch-cost search: work units spent, budget, time-capped
+    time_capped: bool = False     # a wall-clock safety net fired (search or bound)
 
 
 def interpolate(p: Problem, fast: np.ndarray, slow: np.ndarray,
@@ -759,9 +760,10 @@ def interpolate(p: Problem, fast: np.ndarray, slow: np.ndarray,
 #: (:func:`solvers.lns.polish`) from each start, then iterated kicks
 #: (:func:`solvers.lns.iterated_polish`). The search stops after ``POLISH_WORK_PER_TASK`` ×
 #: tasks work units (at most ``POLISH_WORK``; one unit ≈ 1,000 DP labels, see
-#: :class:`solvers.lns.Budget`), so a plan does not depend on the machine's speed; the wall
-#: time ``POLISH_S_PER_TASK`` × tasks (between ``POLISH_S_MIN`` and ``POLISH_S``) is only a
-#: cap. Measured on this project's 2-core CI machine (1F1B, 1 ms switches, 1.05x), before
+#: :class:`solvers.lns.Budget`), and on work alone, so a plan does not depend on the
+#: machine's speed or load; a wall-clock safety net (:func:`safety_net_s`, or the caller's
+#: ``time_limit_s``) ends it only when something is badly wrong, and the plan then says so
+#: (``time_capped``). Measured on this project's 2-core CI machine (1F1B, 1 ms switches, 1.05x), before
 #: the DP sorted its labels per option (since 1.9× faster on 16x64 windows): 4x8 spent its
 #: 8,000 units in 1.0 s of its 1.9 s cap (gap 0.37 %), 8x32 its 64,000 in 6–7 s of 15 s
 #: (0.36 %), 16x64 (2,048 tasks) its 92,160 in 14–15 s of 25 s (the re-plan's LP solves
@@ -769,27 +771,34 @@ def interpolate(p: Problem, fast: np.ndarray, slow: np.ndarray,
 #: (:data:`FINAL_STAGES`) add 1.1 times those units; with them, the whole search of 16x64
 #: now takes about 16 s of its 25 s. The bound (:func:`switch_bound`) comes on top: about
 #: 3.5 s on 16x64, 1 s on 8x32.
-POLISH_S = 25.0
-POLISH_S_MIN = 1.0
-POLISH_S_PER_TASK = 0.03
 POLISH_WORK = 92_160.0
 POLISH_WORK_PER_TASK = 125.0
+#: The default wall-clock safety net of one fast solve: ``SAFETY_NET_S_PER_TASK`` × tasks,
+#: between ``SAFETY_NET_S_MIN`` and ``SAFETY_NET_S_MAX`` seconds. About 8 times what the
+#: work takes on a quiet 2-core machine (4x8: 1 s of 60 s; 16x64: 20 s of 205 s), so that a
+#: loaded machine still ends every search on work.
+SAFETY_NET_S_MIN = 60.0
+SAFETY_NET_S_MAX = 600.0
+SAFETY_NET_S_PER_TASK = 0.1
+
+
+def safety_net_s(n_tasks: int) -> float:
+    """The default wall-clock safety net (s) of a fast solve of ``n_tasks`` tasks."""
+    return min(SAFETY_NET_S_MAX, max(SAFETY_NET_S_MIN, SAFETY_NET_S_PER_TASK * n_tasks))
 
 
 def polish_budget(n_tasks: int, seconds: float | None = None) -> tuple[float, float]:
-    """(work units, wall-time cap in s) of the search for ``n_tasks`` tasks; with ``seconds``
-    given (``time_limit_s``), the cap is that and the work grows or shrinks in proportion."""
+    """(work units, wall-clock safety net in s) of the search for ``n_tasks`` tasks. The work
+    depends on the size alone; ``seconds`` (a caller's ``time_limit_s``) replaces only the
+    safety net (default :func:`safety_net_s`)."""
     work = min(POLISH_WORK, POLISH_WORK_PER_TASK * n_tasks)
-    cap = min(POLISH_S, max(POLISH_S_MIN, POLISH_S_PER_TASK * n_tasks))
-    if seconds is None:
-        return work, cap
-    return work * seconds / cap, float(seconds)            # cap >= POLISH_S_MIN > 0
+    return work, (safety_net_s(n_tasks) if seconds is None else float(seconds))
 
 
 def _repaired(p: Problem, ch: np.ndarray, deadline_s: float, horizons: list[float]) -> np.ndarray | None:
     """``ch`` made feasible (:func:`crash`) and relaxed; the cheapest over ``horizons``."""
     ix = p.index
-    if ix.makespan(ch) > deadline_s * (1 + 1e-12):
+    if not plan_meets_deadline(p, ch, deadline_s):
         ch = crash(p, ch, deadline_s)
         if ch is None:
             return None
@@ -803,9 +812,9 @@ def _repaired(p: Problem, ch: np.ndarray, deadline_s: float, horizons: list[floa
 
 
 def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
-               slacks: tuple[float, ...] | None = None, polish_s: float | None = None,
-               surrogate_bound: bool = True, portfolio: bool = True,
-               parallel: bool | None = None) -> FastResult:
+               slacks: tuple[float, ...] | None = None, search_work: float | None = None,
+               time_limit_s: float | None = None, surrogate_bound: bool = True,
+               portfolio: bool = True, parallel: bool | None = None) -> FastResult:
     """LP/Lagrangian bound plus rounded-and-repaired plan at ``deadline_s``.
 
     Without switch costs the LP rounding and its ``slacks`` variants (default
@@ -813,20 +822,24 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
     starts that need no crash (:func:`_switch_starts`) are re-planned path by path and the
     best is improved by iterated kicks (:mod:`solvers.lns`), then ``HOLD_SHARE`` of the budget
     goes on from it, from its hold start (:func:`solvers.hold.best_hold_start`) and from a
-    re-plan of its ramps around a slower hold (:func:`_replan_hold`), all within
-    :func:`polish_budget`
-    (work units, so the plan is reproducible, and a wall-time cap of ``polish_s`` seconds,
-    by default ``POLISH_S_PER_TASK`` per task, at most ``POLISH_S``; ``polish_s`` also scales
-    the work; 0 turns the search off); last, each of :data:`FINAL_STAGES` re-plans the best
-    plan with wider DP caps and its share more work (:func:`_final_polish`), within the same
-    cap; when searching and ``surrogate_bound``, the bound is :func:`switch_bound` (one more LP solve and a
+    re-plan of its ramps around a slower hold (:func:`_replan_hold`); last, each of
+    :data:`FINAL_STAGES` re-plans the best plan with wider DP caps and its share more work
+    (:func:`_final_polish`). All of it is budgeted by work: ``search_work`` units (default
+    :func:`polish_budget`; 0 turns the search off), so the plan depends on the input alone.
+    ``time_limit_s`` is only a wall-clock safety net (default :func:`safety_net_s`); when it
+    fires, the result says so (``time_capped``). When searching and ``surrogate_bound``, the
+    bound is :func:`switch_bound` (one more LP solve and ``ASCENT_ITERS`` steps of a
     supergradient ascent, about 3.5 s on 16x64: curves skip it).
 
     With ``portfolio`` and at least ``PORTFOLIO_MIN_TASKS`` tasks, every search of
-    :data:`PORTFOLIO` runs too, each with its ``work_share`` of that budget and cap, and the
-    cheapest plan wins; they run in worker processes (:mod:`solvers.workers`) while this one computes the bound and the
-    first search, when ``parallel`` (default: when this process may use two CPUs or more).
-    Parallel or not, the plan is the same."""
+    :data:`PORTFOLIO` runs too, each with its ``work_share`` of that budget, and the
+    cheapest plan wins; they run in worker processes (:mod:`solvers.workers`) while this one
+    computes the bound and the first search, when ``parallel`` (default: when this process
+    may use two CPUs or more). Parallel or not, the plan is the same.
+
+    The bound is reported raw (``lower_bound_j``, never clamped to the plan's energy); one
+    above the plan's energy beyond :data:`solvers.feasibility.BOUND_REL_TOL` raises
+    :class:`solvers.feasibility.CertificateError`."""
     ix = p.index
     lp = lp or HullLP(p)
     res = lp.solve(deadline_s)
@@ -834,7 +847,11 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
     fl = flow_from_duals(p, lp, res.duals, deadline_s)
     lag_val, _ = device_viterbi(p, fl.f, fl.mu_dev)
     bound = max(bound, fl.const_j + lag_val)
-    work, cap = polish_budget(ix.n, polish_s) if ix.has_transitions else (0.0, 0.0)
+    work, net = polish_budget(ix.n, time_limit_s)
+    if search_work is not None:
+        work = float(search_work)
+    if not ix.has_transitions:
+        work = 0.0
     slacks = ROUNDING_SLACKS if slacks is None else slacks
     horizons = [res.makespan_s, deadline_s]
     if not ix.has_transitions:
@@ -846,16 +863,20 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
     if not plans:
         plans = [ix.fastest_choice()]
     runs: list[MemberRun] = []
-    if work > 0 and cap > 0:
+    bound_capped = False
+    members: list[SearchSettings] = []
+    pending: list = []
+    if work > 0:
         members = portfolio_members(ix.n)[:None if portfolio else 1]
         if parallel is None:
             parallel = available_cpus() >= 2
-        pending = [start(_run_member, p, plans, deadline_s, work, cap, m, parallel=parallel,
-                         timeout_s=cap * m.work_share + GRACE_S) for m in members[1:]]
+        pending = [start(_run_member, p, plans, deadline_s, work, net, m, parallel=parallel,
+                         timeout_s=net + GRACE_S) for m in members[1:]]
         try:
             if surrogate_bound:
-                bound = max(bound, switch_bound(p, lp, res, deadline_s))
-            runs = [_run_member(p, plans, deadline_s, work, cap, members[0])]
+                sb, bound_capped = switch_bound_capped(p, lp, res, deadline_s, seconds=net)
+                bound = max(bound, sb)
+            runs = [_run_member(p, plans, deadline_s, work, net, members[0])]
             runs += [job.result() for job in pending]
         finally:
             for job in pending:
@@ -863,19 +884,24 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
         plans = [r.choice for r in runs] + plans
     # every candidate is re-checked: the cheapest plan that meets the deadline is returned
     energies = [_energy_if_meets(p, c, deadline_s) for c in plans]
-    search = _search_record(work, cap, members, runs, energies[:len(runs)], pending) if runs else None
+    search = _search_record(work, net, members, runs, energies[:len(runs)], pending) if runs else None
     if not np.isfinite(min(energies)):
-        fc = ix.fastest_choice()
+        fc = p.fastest_plan_choice()           # meets any deadline check_feasible accepted
         plans, energies = [fc], [ix.objective(fc)]
+    if ix.steady_state:                        # the searches price no wrap switch: polish it
+        ch = wrap_polish(p, plans[int(np.argmin(energies))], deadline_s)
+        plans, energies = plans + [ch], energies + [_energy_if_meets(p, ch, deadline_s)]
     k = int(np.argmin(energies))
     best_ch, best_e = plans[k], energies[k]
-    return FastResult(best_ch, float(best_e), float(min(bound, best_e)), res.bound_j, res.slope_j_per_s,
-                      search)
+    check_bound(bound, best_e, f"{p.name}: fast method")
+    capped = bound_capped or any(r.capped_by_time for r in runs)
+    return FastResult(best_ch, float(best_e), float(bound), res.bound_j, res.slope_j_per_s,
+                      search, capped)
 
 
 def _energy_if_meets(p: Problem, choice: np.ndarray, deadline_s: float) -> float:
     """The plan's energy in J, or inf when it misses the deadline."""
-    return p.index.objective(choice) if meets_deadline(p, choice, deadline_s) else math.inf
+    return p.index.objective(choice) if plan_meets_deadline(p, choice, deadline_s) else math.inf
 
 
 def _final_polish(p: Problem, plans: list[np.ndarray], deadline_s: float, budget: Budget,
@@ -893,12 +919,19 @@ def _final_polish(p: Problem, plans: list[np.ndarray], deadline_s: float, budget
 
 def switch_bound(p: Problem, lp: HullLP, res: LPResult, deadline_s: float,
                  iters: int = ASCENT_ITERS) -> float:
+    """:func:`switch_bound_capped` without a safety net: the bound after ``iters`` steps."""
+    return switch_bound_capped(p, lp, res, deadline_s, iters)[0]
+
+
+def switch_bound_capped(p: Problem, lp: HullLP, res: LPResult, deadline_s: float,
+                        iters: int = ASCENT_ITERS, seconds: float | None = None) -> tuple[float, bool]:
     """The Lagrangian bound with switch costs from the best of the hull LP's duals (``res``)
     and one more LP's, raised by :func:`solvers.ascent.flow_ascent`. The other LP is the one
     with constant switch costs where it is small (:func:`solvers.switch_lp.switch_lp_duals`,
     the transport LP's value), else the surrogate LP (:func:`switch_surrogate_duals`), which
     needs no more columns than the hull LP. One more LP solve and the ascent: worth it for a
-    single plan, not per point of a curve."""
+    single plan, not per point of a curve. Returns (bound J, whether the ``seconds`` safety
+    net cut the ``iters`` steps short)."""
 
     def evaluate(m: np.ndarray) -> tuple[float, np.ndarray]:
         return lagrangian_bound(p, lp, m, deadline_s)
@@ -912,18 +945,18 @@ def switch_bound(p: Problem, lp: HullLP, res: LPResult, deadline_s: float,
         if mu is not None:
             cands += [mu, 0.5 * (mu + res.duals)]
     start = max(cands, key=lambda m: evaluate(m)[0])
-    return flow_ascent(p, lp.rows, start, deadline_s, evaluate, iters, ASCENT_S)[0]
+    value, _, capped = flow_ascent_capped(p, lp.rows, start, deadline_s, evaluate, iters, seconds)
+    return value, capped
 
 
 def round_to_deadline(p: Problem, lp_times: np.ndarray, deadline_s: float, iters: int = 25) -> np.ndarray | None:
     """:func:`round_lp` of the LP times scaled by the largest γ ≤ 1 whose plan meets the
     deadline (bisection; switch latencies included): a feasible start without a crash."""
-    ix = p.index
     lo, hi, best = 0.0, 1.0, None
     for _ in range(iters):
         mid = 0.5 * (lo + hi)
         ch = round_lp(p, lp_times * mid)
-        if ix.makespan(ch) <= deadline_s * (1 + 1e-12):
+        if plan_meets_deadline(p, ch, deadline_s):
             lo, best = mid, ch
         else:
             hi = mid
@@ -945,7 +978,7 @@ def _switch_starts(p: Problem, fl: Flow, res: LPResult, deadline_s: float,
     ix = p.index
     cands = [windowed_rounding(p, res.time_s, deadline_s), round_to_deadline(p, res.time_s, deadline_s),
              scaled_lagrangian_plan(p, fl, deadline_s), round_lp_switch_aware(p, res.time_s)]
-    out = [ch for ch in cands if ch is not None and ix.makespan(ch) <= deadline_s * (1 + 1e-12)]
+    out = [ch for ch in cands if ch is not None and plan_meets_deadline(p, ch, deadline_s)]
     relaxed = [r for r in (_repaired(p, ch, deadline_s, horizons) for ch in out) if r is not None]
     if relaxed:
         out.append(min(relaxed, key=ix.objective))
@@ -1032,17 +1065,17 @@ class MemberRun:
 def _run_member(p: Problem, plans: list[np.ndarray], deadline_s: float, work: float, cap_s: float,
                 settings: SearchSettings) -> MemberRun:
     """One search from the starts ``plans``: :func:`_search` with ``work`` units, then
-    :func:`_final_polish` by each of :data:`FINAL_STAGES` with its share more, all within
-    ``cap_s`` seconds, all times ``settings.work_share``. Module level and deterministic under
-    its work budget, so a worker process can run it (:mod:`solvers.workers`) and give the
-    same plan."""
-    work, cap_s = work * settings.work_share, cap_s * settings.work_share
+    :func:`_final_polish` by each of :data:`FINAL_STAGES` with its share more, all times
+    ``settings.work_share``; ``cap_s`` is the wall-clock safety net. Module level and
+    deterministic under its work budget, so a worker process can run it
+    (:mod:`solvers.workers`) and give the same plan."""
+    work = work * settings.work_share
     budget = Budget.of(work * (1 + _final_shares()), cap_s)
-    found = _search(p, plans, deadline_s, budget.part(work, cap_s), settings)
+    found = _search(p, plans, deadline_s, budget.part(work), settings)
     for i, (caps, _) in enumerate(FINAL_STAGES):
         later = work * _final_shares(i + 1)           # kept for the stages after this one
         best = _final_polish(p, found, deadline_s,
-                             budget.part(budget.left - later, budget.seconds_left()), caps)
+                             budget.part(budget.left - later), caps)
         found = [best]
     return MemberRun(best, budget.used, budget.capped)
 
@@ -1097,14 +1130,14 @@ def _search(p: Problem, plans: list[np.ndarray], deadline_s: float, budget: Budg
     if best_hold(p, plans[0], deadline_s) is None:
         return _improve(p, plans, deadline_s, budget, settings)
     plans = _improve(p, plans, deadline_s,
-                     budget.part((1 - HOLD_SHARE) * budget.left, (1 - HOLD_SHARE) * budget.seconds_left()),
+                     budget.part((1 - HOLD_SHARE) * budget.left),
                      settings)
     found = best_hold(p, plans[0], deadline_s)
     if found is None:
         return [iterated_polish(p, plans[0], deadline_s, seed=settings.seed, budget=budget,
                                 caps=settings.caps)] + plans
     held, window = found
-    part = budget.part(REPLAN_SHARE * budget.left, REPLAN_SHARE * budget.seconds_left())
+    part = budget.part(REPLAN_SHARE * budget.left)
     replanned = None
     for w in dict.fromkeys((REPLAN_WINDOW, window)):      # a window with nothing to re-plan spends nothing
         replanned = _replan_hold(p, plans[0], deadline_s, w, part, settings)
@@ -1163,7 +1196,7 @@ def _replan_hold(p: Problem, choice: np.ndarray, deadline_s: float, window: tupl
     if not starts:
         return None
     out = [best.expand(c) for c in _improve(q, starts, deadline_s, budget, settings)]
-    ok = [c for c in out if meets_deadline(p, c, deadline_s)]
+    ok = [c for c in out if plan_meets_deadline(p, c, deadline_s)]
     return min(ok, key=ix.objective) if ok else None
 
 
@@ -1175,14 +1208,14 @@ def _improve(p: Problem, plans: list[np.ndarray], deadline_s: float, budget: Bud
     rest; also try :func:`relax` on the result. Returns the improved plans (best first) and
     the other starts."""
     ix = p.index
-    work, secs = budget.left, budget.seconds_left()
+    work = budget.left
     cap, gcap = settings.caps
     probes = [polish(p, ch, deadline_s, cap=cap, gcap=gcap,
-                     budget=budget.part(PROBE_SHARE * work, PROBE_SHARE * secs))
+                     budget=budget.part(PROBE_SHARE * work))
               for ch in plans[:4]]
     best = min(probes, key=ix.objective)
     best = polish(p, best, deadline_s, cap=cap, gcap=gcap,
-                  budget=budget.part(budget.left / 2, budget.seconds_left() / 2))
+                  budget=budget.part(budget.left / 2))
     if not budget.done():
         best = iterated_polish(p, best, deadline_s, seed=settings.seed, budget=budget, caps=settings.caps)
     relaxed = relax(p, best, deadline_s)

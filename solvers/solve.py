@@ -9,7 +9,9 @@
   (PuLP MILP, warm-started and bounded by the fast method);
 * otherwise → ``fast`` (hull LP / Lagrangian bound + rounding and repair).
 
-Every plan states its method, its proven lower bound and gap, and its wall time.
+Every plan states its method, its lower bound (as the method computed it) and gap, its wall
+time, and whether a wall-clock safety net fired (``time_capped``); all search is budgeted by
+work, so without that flag the plan depends on the input alone.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import numpy as np
 
 from .brute import brute_force
 from .dp import chain_order, solve_chain
+from .feasibility import bound_proves, check_bound
 from .ilp import allowed_options, solve_ilp
 from .model import InfeasibleError, Problem, ProblemError
 from .plan import ParetoCurve, Plan, make_plan
@@ -36,6 +39,11 @@ ILP_MAX_BINARIES = 3000
 
 #: The same limit per point of a curve (``pareto``), where many deadlines are solved.
 ILP_CURVE_MAX_BINARIES = 800
+
+#: The MILP's default wall-clock safety net per solve, s (its work budget is its node limit,
+#: :data:`solvers.ilp.ILP_MAX_NODES`); per point of a curve ``ILP_CURVE_TIME_LIMIT_S``.
+ILP_TIME_LIMIT_S = 30.0
+ILP_CURVE_TIME_LIMIT_S = 10.0
 
 
 def _sp(p: Problem):
@@ -60,11 +68,12 @@ def solve(problem: Problem, deadline: float | str, method: str = "auto",
           time_limit_s: float | None = None, *, _lp: HullLP | None = None) -> Plan:
     """Minimum-energy plan meeting ``deadline`` (seconds or ``"1.05x"`` of the fastest makespan).
 
-    ``time_limit_s`` is the MILP's time limit (default 30 s) and, for ``method="fast"`` with
-    switch costs, the wall-time cap of the search that improves the plan (default 30 ms per
-    task, 1–25 s); the search's work budget scales with it (more time, lower energy; see
-    :func:`solvers.relax.polish_budget`). That search stops on work, not time, so the same
-    input gives the same plan on any machine fast enough that the cap does not fire.
+    Every search is budgeted by work (DP labels, MILP nodes, search moves), so the same input
+    gives the same plan on any machine and under any load. ``time_limit_s`` is only a
+    wall-clock safety net (default: ``ILP_TIME_LIMIT_S`` for the MILP,
+    :func:`solvers.relax.safety_net_s` for the fast method); when it fires, the plan says so
+    (``Plan.time_capped``). The plan's ``lower_bound_j`` is the method's bound, unclamped;
+    status ``optimal`` only when the method proved it.
 
     Raises :class:`InfeasibleError` (with the fastest achievable makespan) when the deadline
     cannot be met, :class:`ProblemError` for an unknown method or a method that does not apply.
@@ -92,40 +101,45 @@ def solve(problem: Problem, deadline: float | str, method: str = "auto",
                                f"switch costs")
         got = solve_sp(problem, D, tree)
         if got is not None:
+            # the SP DP is exhaustive over undominated partial plans: its optimum is its proof
             return make_plan(problem, got[0], D, method="sp", lower_bound_j=got[1],
                              wall_s=time.perf_counter() - t0, proven=True)
         method = "ilp" if problem.n_tasks <= 400 else "fast"     # frontier cap hit: fall back
     if method == "brute":
-        ch, _ = brute_force(problem, D)
+        ch, e = brute_force(problem, D)
         if ch is None:
             raise InfeasibleError(f"{problem.name}: no assignment meets {D:.6g} s",
                                   problem.fastest_makespan_s())
-        return make_plan(problem, ch, D, method="brute", lower_bound_j=0.0,
+        return make_plan(problem, ch, D, method="brute", lower_bound_j=e,
                          wall_s=time.perf_counter() - t0, proven=True)
-    polish = time_limit_s if method == "fast" and time_limit_s is not None else None
-    fast = solve_fast(problem, D, _lp, polish_s=polish)
+    # the MILP's warm start and fallback; time_limit_s is the whole call's safety net
+    fast = solve_fast(problem, D, _lp, time_limit_s=time_limit_s)
     if method == "fast":
         return make_plan(problem, fast.choice, D, method="fast", lower_bound_j=fast.lower_bound_j,
-                         wall_s=time.perf_counter() - t0, proven=fast.energy_j <= fast.lower_bound_j,
-                         meta={"search": fast.search} if fast.search else None)
-    limit = 30.0 if time_limit_s is None else max(float(time_limit_s) - (time.perf_counter() - t0), 1.0)
+                         wall_s=time.perf_counter() - t0,
+                         proven=bound_proves(fast.lower_bound_j, fast.energy_j),
+                         meta={"search": fast.search} if fast.search else None,
+                         time_capped=fast.time_capped)
+    limit = ILP_TIME_LIMIT_S if time_limit_s is None else float(time_limit_s)
+    limit = max(limit - (time.perf_counter() - t0), 1.0)
     r = solve_ilp(problem, D, time_limit_s=limit, warm_start=fast.choice,
                   fallback_bound_j=fast.lower_bound_j)
-    if r.choice is None or r.energy_j > fast.energy_j:
-        ch, status = fast.choice, "feasible"
-    else:
-        ch, status = r.choice, r.status
+    use_ilp = r.choice is not None and r.energy_j <= fast.energy_j
+    ch = r.choice if use_ilp else fast.choice
     bound = max(r.lower_bound_j, fast.lower_bound_j) if math.isfinite(r.lower_bound_j) else fast.lower_bound_j
+    energy = r.energy_j if use_ilp else fast.energy_j
+    proven = (r.optimal and use_ilp) or bound_proves(bound, energy)
+    capped = r.time_capped or fast.time_capped
     return make_plan(problem, ch, D, method=f"ilp[{r.solver}]", lower_bound_j=bound,
-                     wall_s=time.perf_counter() - t0, proven=r.optimal and ch is r.choice,
-                     status=None if r.optimal and ch is r.choice else (
-                         "time_limit" if status == "time_limit" else "feasible"))
+                     wall_s=time.perf_counter() - t0, proven=proven,
+                     status=None if proven else ("time_limit" if capped else "feasible"),
+                     meta={"milp_status": r.status}, time_capped=capped)
 
 
 def free_makespan_s(p: Problem) -> float:
     """An upper bound on any useful deadline: all tasks at their slowest option, in series."""
     ix = p.index
-    tau = sum(float(m.max()) for m in ix.tau if m is not None)
+    tau = sum(float(m.max()) for m in ix.tau + ix.wrap_tau if m is not None)   # wraps too
     return float(sum(t.max() for t in ix.time) + tau)
 
 
@@ -139,7 +153,10 @@ def pareto(problem: Problem, deadlines: Sequence[float | str] | None = None, n_p
     costs (``dense``), plans interpolated between neighbouring grid plans fill the curve
     in between (``ParetoCurve.dense``), each bounded by the LP's tangents. With switch costs
     the fast method's search (:func:`solvers.relax.polish_budget`) is shared by the grid
-    points: a curve spends about one single plan's search in all.
+    points: a curve spends about one single plan's search in all. ``time_limit_s`` is the
+    wall-clock safety net of each point (default ``ILP_CURVE_TIME_LIMIT_S`` for MILP points,
+    :func:`solvers.relax.safety_net_s` for fast ones); a point it cut short says so
+    (``Plan.time_capped``, and ``ParetoCurve.time_capped`` for the curve).
     """
     t0 = time.perf_counter()
     fm = problem.fastest_makespan_s()
@@ -147,7 +164,7 @@ def pareto(problem: Problem, deadlines: Sequence[float | str] | None = None, n_p
     chain = chain_order(problem) is not None
     if method in ("fast", "ilp") or (method == "auto" and not chain):
         lp = HullLP(problem)
-    limit = 10.0 if time_limit_s is None else time_limit_s
+    limit = ILP_CURVE_TIME_LIMIT_S if time_limit_s is None else time_limit_s
 
     def pick(D: float) -> str:
         if method != "auto":
@@ -163,7 +180,7 @@ def pareto(problem: Problem, deadlines: Sequence[float | str] | None = None, n_p
         m_free = pick(free)
         if m_free == "fast":
             # only its makespan is used: no search (a plan there would take a full budget)
-            hi = max(problem.index.makespan(solve_fast(problem, free, lp, polish_s=0.0).choice), fm)
+            hi = max(problem.index.makespan(solve_fast(problem, free, lp, search_work=0.0).choice), fm)
         else:
             hi = max(solve(problem, free, m_free, limit, _lp=lp).makespan_s, fm)
         # Quadratic spacing: the curve is steepest near the fastest makespan, so put more
@@ -186,11 +203,11 @@ def pareto(problem: Problem, deadlines: Sequence[float | str] | None = None, n_p
     def fast_at(D: float):
         t1 = time.perf_counter()
         # Curves: more grid points beat extra roundings per point (measured, 8x32). With
-        # switch costs the whole curve gets one single plan's search, shared by its points,
-        # and one search per point (no portfolio: that would double the curve's time).
-        search = 0.0 if switch_free else polish_budget(problem.n_tasks)[1] / max(len(ds), 1)
-        fr = solve_fast(problem, D, lp, slacks=(), polish_s=search, surrogate_bound=False,
-                        portfolio=False)
+        # switch costs the whole curve gets one single plan's search (work), shared by its
+        # points, and one search per point (no portfolio: that would double the curve's time).
+        search = 0.0 if switch_free else polish_budget(problem.n_tasks)[0] / max(len(ds), 1)
+        fr = solve_fast(problem, D, lp, slacks=(), search_work=search, time_limit_s=time_limit_s,
+                        surrogate_bound=False, portfolio=False)
         below = [d for d in solved if d < D]
         if below:
             fr = _reuse_previous(problem, solved[max(below)][0], fr, D)
@@ -213,7 +230,8 @@ def pareto(problem: Problem, deadlines: Sequence[float | str] | None = None, n_p
                 fr, w = solved[D] if D in solved else (fast_at(D), solved[D][1])
                 fast_res.append((D, fr))
                 pl = make_plan(problem, fr.choice, D, method="fast", lower_bound_j=fr.lower_bound_j,
-                               wall_s=w, proven=fr.energy_j <= fr.lower_bound_j)
+                               wall_s=w, proven=bound_proves(fr.lower_bound_j, fr.energy_j),
+                               time_capped=fr.time_capped)
             else:
                 pl = solve(problem, D, m_d, limit, _lp=lp)
         except InfeasibleError:
@@ -222,12 +240,14 @@ def pareto(problem: Problem, deadlines: Sequence[float | str] | None = None, n_p
             prev = plans[-1]
             pl = make_plan(problem, [t.option for t in prev.tasks], D, method=prev.method,
                            lower_bound_j=pl.lower_bound_j, wall_s=pl.wall_s,
-                           meta={"carried_from_s": prev.deadline_s})
+                           proven=bound_proves(pl.lower_bound_j, prev.energy_j),
+                           meta={"carried_from_s": prev.deadline_s},
+                           time_capped=pl.time_capped or prev.time_capped)
         plans.append(pl)
     extra: tuple[tuple[float, float, float], ...] = ()
     if dense and len(fast_res) >= 2 and switch_free:
         extra = _densify(problem, fast_res, DENSIFY_ORDERS)
-    exact = bool(plans) and all(p.gap == 0.0 for p in plans) and not extra
+    exact = bool(plans) and all(p.status == "optimal" for p in plans) and not extra
     used = sorted({p.method for p in plans})
     return ParetoCurve(problem.name, "+".join(used) or method, tuple(plans), time.perf_counter() - t0,
                        exact, extra)
@@ -262,7 +282,7 @@ def _reuse_previous(problem: Problem, prev, cur, D: float):
     ch = relax_repeatedly(problem, prev.choice, D)
     e = problem.index.objective(ch)
     if e < cur.energy_j:
-        return replace(cur, choice=ch, energy_j=float(e), lower_bound_j=min(cur.lower_bound_j, float(e)))
+        return replace(cur, choice=ch, energy_j=float(e))      # the bound stays raw
     return cur
 
 
@@ -298,4 +318,6 @@ def _densify(problem: Problem, fast_res,
     mk, e = mk[keep], e[keep]
     bound = np.max(tangents[:, 1][None, :] + tangents[:, 2][None, :] * (mk[:, None] - tangents[:, 0][None, :]),
                    axis=1)
-    return tuple((float(m), float(x), float(min(b, x))) for m, x, b in zip(mk, e, bound))
+    for x, b in zip(e, bound):
+        check_bound(float(b), float(x), f"{problem.name}: interpolated plan")
+    return tuple((float(m), float(x), float(b)) for m, x, b in zip(mk, e, bound))   # bounds raw

@@ -113,8 +113,10 @@ def _prune(t: np.ndarray, c: np.ndarray, pick: np.ndarray, max_points: int):
 
 
 def _solve(node: _Node, p: Problem, D: float, max_points: int) -> None:
+    from .feasibility import latest_makespan_s  # the one feasibility predicate
+
     ix = p.index
-    tol = D * (1 + 1e-12)
+    tol = latest_makespan_s(D)
     if node.kind == "leaf":
         v = node.task
         ok = ix.time[v] <= tol

@@ -29,7 +29,7 @@ def example():
     ones moves with the search's tuning)."""
     p = load_perseus_profile(EXAMPLE, 75.0, 8, transitions=ConstantTransition(1e-3, 0.075))
     D = p.deadline_s("1.2x")
-    return p, D, solve_fast(p, D, polish_s=0.0).choice
+    return p, D, solve_fast(p, D, search_work=0.0).choice
 
 
 def test_hold_start_holds_at_most_two_clocks_per_device_inside_its_window(example):
@@ -86,7 +86,7 @@ def test_hold_starts_on_random_dags_meet_the_deadline(seed):
         D = p.deadline_s(fac)
         held = best_hold_start(p, p.index.fastest_choice(), D)
         assert held is None or p.index.makespan(held) <= D * (1 + 1e-9)
-        fr = solve_fast(p, D, polish_s=0.2)
+        fr = solve_fast(p, D, search_work=750.0)
         assert p.index.makespan(fr.choice) <= D * (1 + 1e-9)
         assert fr.lower_bound_j <= fr.energy_j + 1e-9
 
@@ -98,7 +98,7 @@ def longer():
     re-plan screens."""
     p = load_perseus_profile(EXAMPLE, 75.0, 16, transitions=ConstantTransition(1e-3, 0.075))
     D = p.deadline_s("1.05x")
-    base = solve_fast(p, D, polish_s=0.0).choice
+    base = solve_fast(p, D, search_work=0.0).choice
     cores, levels = replan_levels(p, base, D, REPLAN_WINDOW)
     return p, D, base, cores, levels
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from test_solvers_exact import TR, random_dag
 
-from solvers import ConstantTransition, one_f_one_b
+from solvers import ConstantTransition, Plan, one_f_one_b
 from solvers.lns import chain_dp, dependency_paths, iterated_polish, neighbourhoods, path_window
 from solvers.relax import _final_polish, _final_shares, solve_fast
 
@@ -84,7 +84,7 @@ def test_chain_dp_matches_brute_force_on_a_window(which, alpha):
     p = pipeline(mb=2)
     ix = p.index
     D = p.fastest_makespan_s() * 1.3
-    ch = solve_fast(p, D, polish_s=0.0).choice
+    ch = solve_fast(p, D, search_work=0.0).choice
     start, end, _ = ix.schedule(ch)
     dur = end - start
     S = alpha * start + (1 - alpha) * (ix.latest(ch, D) - dur)
@@ -116,11 +116,12 @@ def test_iterated_polish_keeps_deadline_never_worsens_and_is_reproducible(seed):
     rng = np.random.default_rng(900 + seed)
     p = random_dag(rng, int(rng.integers(6, 10)), 3, int(rng.integers(2, 4)), ConstantTransition(0.1, 2.0))
     D = p.fastest_makespan_s() * rng.uniform(1.05, 1.5)
-    start = solve_fast(p, D, polish_s=0.0).choice
+    start = solve_fast(p, D, search_work=0.0).choice
     ix = p.index
-    a = iterated_polish(p, start, D, budget_s=0.3, seed=seed)
+    a = iterated_polish(p, start, D, work=500.0, seed=seed)
     assert ix.makespan(a) <= D * (1 + 1e-9)
     assert ix.objective(a) <= ix.objective(start) * (1 + 1e-12)
+    assert np.array_equal(a, iterated_polish(p, start, D, work=500.0, seed=seed))   # work, not time
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -133,7 +134,7 @@ def test_final_polish_starts_from_the_cheapest_plan_that_meets_the_deadline(seed
     fastest = ix.fastest_choice()
     slowest = np.array([int(np.argmax(ix.time[v])) for v in range(ix.n)])
     D = 0.5 * (ix.makespan(fastest) + ix.makespan(slowest))    # the slowest plan is late
-    good = solve_fast(p, D, polish_s=0.0).choice
+    good = solve_fast(p, D, search_work=0.0).choice
     out = _final_polish(p, [fastest, slowest, good], D, Budget.of(10_000, 5.0))
     assert ix.makespan(out) <= D * (1 + 1e-9)
     assert ix.objective(out) <= min(ix.objective(good), ix.objective(fastest)) * (1 + 1e-12)
@@ -156,7 +157,7 @@ def test_later_final_stages_only_lower_the_energy(monkeypatch, deadline):
     monkeypatch.setattr(R, "FINAL_STAGES", R.FINAL_STAGES[:1])
     first = R._run_member(p, starts, D, work, cap, R.portfolio_members(p.n_tasks)[0])
     ix = p.index
-    assert R.meets_deadline(p, both.choice, D)
+    assert R.plan_meets_deadline(p, both.choice, D)
     assert ix.objective(both.choice) <= ix.objective(first.choice) * (1 + 1e-12)
     assert both.work_units >= first.work_units and not (both.capped_by_time or first.capped_by_time)
 
@@ -237,7 +238,7 @@ def test_polish_without_work_changes_nothing_and_work_bounds_it():
 
     p = pipeline(stages=3, mb=6)
     D = p.fastest_makespan_s() * 1.2
-    start = solve_fast(p, D, polish_s=0.0).choice
+    start = solve_fast(p, D, search_work=0.0).choice
     assert np.array_equal(polish(p, start, D, work=0.0), start)
     b = Budget.of(work=5.0)
     polish(p, start, D, budget=b)
@@ -278,7 +279,6 @@ import solvers.relax as R
 from test_lns import pipeline
 from test_hold import EXAMPLE
 from solvers import ConstantTransition, load_perseus_profile
-R.POLISH_S = R.POLISH_S_MIN = 600.0    # the wall-clock cap never fires: work alone ends the search
 p = {problem}
 r = R.solve_fast(p, p.fastest_makespan_s() * 1.1)
 print(repr(r.energy_j), hashlib.md5(np.asarray(r.choice).tobytes()).hexdigest())
@@ -314,33 +314,30 @@ def test_fast_plan_reports_its_search_and_a_time_cap():
     p = pipeline(stages=3, mb=4)
     plan = solve(p, "1.2x", method="fast")
     s = plan.meta["search"]
-    # The search spends its work (the final polish may stop earlier, when it finds nothing),
-    # unless its wall-clock safety net fired on a loaded machine: then the plan must say so.
-    # (Budgeting by work alone, so that this cannot happen, is issue 22.)
-    if s["capped_by_time"]:
-        assert "cap" in plan.summary()
-    else:
-        assert s["work_units"] >= s["work_budget"] / (1 + _final_shares())
-        assert "note:" not in plan.summary()
-    tiny = solve(p, "1.2x", method="fast", time_limit_s=1e-9)       # the cap fires at once
-    assert tiny.meta["search"]["capped_by_time"]
-    assert "cap" in tiny.summary() and tiny.makespan_s <= tiny.deadline_s * (1 + 1e-9)
+    # The search is budgeted by work alone: it spends its work (the final polish may stop
+    # earlier, when it finds nothing); the default safety net is far out of reach.
+    assert not s["capped_by_time"] and not plan.time_capped
+    assert s["work_units"] >= s["work_budget"] / (1 + _final_shares())
+    assert "note:" not in plan.summary()
+    tiny = solve(p, "1.2x", method="fast", time_limit_s=1e-9)       # the safety net fires at once
+    assert tiny.meta["search"]["capped_by_time"] and tiny.time_capped
+    assert "safety net" in tiny.summary() and tiny.makespan_s <= tiny.deadline_s * (1 + 1e-9)
+    assert Plan.from_dict(tiny.to_dict()).time_capped
     assert "search" not in solve(pipeline(tr=None), "1.2x", method="fast").meta   # no switch costs
 
 
-def test_switch_cost_curve_shares_one_search_and_is_reproducible(monkeypatch):
-    import solvers.relax as R
+def test_switch_cost_curve_shares_one_search_and_is_reproducible():
     from solvers import pareto
 
-    # Reproducible means: the same work gives the same curve. On a loaded machine the 1 s
-    # wall-clock safety net of this small problem can fire first (it scales the work of the
-    # curve's deadlines by the same ratio either way), so lift it out of reach here.
-    monkeypatch.setattr(R, "POLISH_S", 600.0)
-    monkeypatch.setattr(R, "POLISH_S_MIN", 600.0)
+    # Reproducible means: the same work gives the same curve (no wall-clock budget).
     p = pipeline(stages=3, mb=4)
     a = pareto(p, n_points=6, method="fast")
     b = pareto(p, n_points=6, method="fast")
     assert [pl.energy_j for pl in a.plans] == [pl.energy_j for pl in b.plans]
+    assert not a.time_capped and not any(pl.time_capped for pl in a.plans)
+    capped = pareto(p, n_points=4, method="fast", time_limit_s=1e-9)   # every point says so
+    assert capped.time_capped and all(pl.time_capped for pl in capped.plans)
+    assert "time-capped" in capped.summary()
     energies = [pl.energy_j for pl in a.plans]
     assert all(x >= y - 1e-9 for x, y in zip(energies, energies[1:]))     # non-increasing
     assert all(pl.makespan_s <= pl.deadline_s * (1 + 1e-9) for pl in a.plans)

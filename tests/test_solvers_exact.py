@@ -94,7 +94,8 @@ def test_ilp_and_fast_against_brute_force(seed, tr, kind):
     assert f.energy_j >= e * (1 - 1e-9)
     assert p.index.makespan(f.choice) <= D * (1 + 1e-9)
     plan = solve(p, D, method="ilp")
-    assert plan.gap == 0.0 and plan.status == "optimal"
+    # HiGHS' dual bound is raw: below the energy by its feasibility tolerance (~1e-8)
+    assert plan.gap <= 1e-6 and plan.status == "optimal"
     assert plan.energy_j == pytest.approx(e, rel=1e-7)
     assert plan.makespan_s <= D * (1 + 1e-9)
 
@@ -171,7 +172,9 @@ def test_ilp_time_limit_reports_bound_not_optimal():
     D = p.fastest_makespan_s() * 1.2
     plan = solve(p, D, method="ilp", time_limit_s=1.0)
     assert plan.makespan_s <= D * (1 + 1e-9)
-    assert plan.lower_bound_j <= plan.energy_j
+    assert plan.lower_bound_j <= plan.energy_j * (1 + 1e-9)     # raw: the solver's own bound
+    if plan.status == "time_limit":
+        assert plan.time_capped                                # the safety net says so
     if plan.status != "optimal":
         assert plan.gap > 0
 
@@ -184,8 +187,8 @@ def test_polish_keeps_deadline_and_never_worsens(seed):
     p = random_dag(rng, int(rng.integers(5, 9)), int(rng.integers(2, 4)), int(rng.integers(1, 4)), TR)
     D = p.fastest_makespan_s() * rng.uniform(1.0, 1.5)
     _, e_opt = brute_force(p, D)
-    start = solve_fast(p, D, polish_s=0.0).choice
-    ch = polish(p, start, D, budget_s=5.0)
+    start = solve_fast(p, D, search_work=0.0).choice
+    ch = polish(p, start, D, work=2_000.0)
     ix = p.index
     assert ix.makespan(ch) <= D * (1 + 1e-9)
     assert ix.objective(ch) <= ix.objective(start) * (1 + 1e-12)

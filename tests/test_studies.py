@@ -165,7 +165,7 @@ def test_steady_state_holds_on_the_bundled_pipeline():
     prof = Path(__file__).resolve().parents[1] / "ecal" / "examples" / "pipeline_4x8.csv"
     p = load_perseus_profile(prof, P2P_W, 8, transitions=idle_priced_switch(1e-3))
     D = p.deadline_s("1.2x")
-    base = solve_fast(p, D, polish_s=0.5).choice
+    base = solve_fast(p, D, search_work=2000.0).choice
     h = sh.Holds(p, 4, 8, base, D)
     assert h.levels and [lv[0] for lv in h.levels] == sorted(lv[0] for lv in h.levels)
     for period, clocks in h.levels:
