@@ -12,7 +12,7 @@ from frontier.signature import Signature
 from .device import Device
 from .grid import Grid
 from .protocol import Protocol
-from .sweep import Progress, print_progress, sweep
+from .sweep import Progress, ReadyPowerCache, print_progress, sweep
 
 
 @dataclass(frozen=True)
@@ -79,10 +79,38 @@ class CharacterizationResult:
         return out
 
     def save(self, path: str | Path) -> Path:
-        """Write the signatures as a signature file (atomic), keyed as in :meth:`keyed`."""
-        from frontier.io import save_signatures
+        """Write the signatures as a signature file (atomic), keyed as in :meth:`keyed`, with
+        ``meta`` naming the element, the device and the ready power used per ω_dev (see
+        :func:`save_characterizations`)."""
+        return save_characterizations(path, [self])
 
-        return save_signatures(path, self.keyed())
+
+def save_characterizations(path: str | Path, results: list[CharacterizationResult]) -> Path:
+    """Write the signatures of one or more characterizations to one signature file (atomic).
+
+    The file is an ordinary signature file (``schema_version``, ``units``, ``signatures`` keyed
+    ``element@κ@ω``, read by :func:`frontier.io.load_signatures`) plus a top-level ``meta``:
+    ``elements`` (names, in order), ``device``, ``simulated`` and ``ready_power_w``
+    (ω_dev label → W: the ready power each ω_dev's points were measured against; one value per
+    ω_dev, shared by all elements when they were measured in one campaign). Two elements that
+    share a key are an error naming it."""
+    from frontier.errors import FormatError
+    from frontier.io import SCHEMA_VERSION, UNITS, write_json_atomic
+    from frontier.pareto import signature_to_dict
+
+    sigs: dict[str, Any] = {}
+    ready: dict[str, float] = {}
+    for r in results:
+        for k, s in r.keyed().items():
+            if k in sigs:
+                raise FormatError(str(path), f"signatures.{k}", "two signatures have this name")
+            sigs[k] = signature_to_dict(s)
+        ready.update(r.meta.get("ready_power_w") or {})
+    first = results[0].meta if results else {}
+    meta = {"elements": [r.element for r in results], "device": first.get("device"),
+            "simulated": bool(first.get("simulated")), "ready_power_w": ready}
+    return write_json_atomic(path, {"schema_version": SCHEMA_VERSION, "units": dict(UNITS),
+                                    "signatures": sigs, "meta": meta})
 
 
 def frontier_of(sigs: tuple[Signature, ...]) -> Any:
@@ -100,7 +128,8 @@ def characterize(fn: Any, device: Device | None = None, grid: str | Grid | Mappi
                  results_path: str | None = None, protocol: Protocol | None = None,
                  name: str | None = None, early_stop_k: int | None = None,
                  progress: Callable[[Progress], None] | None = print_progress,
-                 theta: str | None = None, ready_power_w: float | None = None) -> CharacterizationResult:
+                 theta: str | None = None, ready_power_w: float | None = None,
+                 ready_cache: ReadyPowerCache | None = None) -> CharacterizationResult:
     """Measure ``fn`` (a work, or a mapping κ label → work) over ``grid`` on ``device``
     (default: a simulated H200) and return its signatures and frontier.
 
@@ -110,7 +139,9 @@ def characterize(fn: Any, device: Device | None = None, grid: str | Grid | Mappi
     the simulator, while one process at a time writes the file and a file from another GPU,
     seed, protocol or element is refused (see :func:`~measure.sweep.sweep` and
     :mod:`measure.results_log`). ``ready_power_w`` reuses a ready-power calibration for a grid
-    that keeps ω_dev.
+    that keeps ω_dev; ``ready_cache`` (a :class:`~measure.sweep.ReadyPowerCache` shared by the
+    characterizations of a campaign) calibrates each (device, ω_dev) once across elements.
+    ``meta["ready_power_w"]`` maps each ω_dev label to the ready power used there, W.
     """
     if device is None:
         from .sim import SimulatedGPU
@@ -122,7 +153,7 @@ def characterize(fn: Any, device: Device | None = None, grid: str | Grid | Mappi
     element = name or _name_of(next(iter(works.values())))
     res = sweep(device, works, element, grid=grid, protocol=protocol or Protocol(),
                 results_path=results_path, progress=progress, early_stop_k=early_stop_k, theta=theta,
-                ready_power_w=ready_power_w)
+                ready_power_w=ready_power_w, ready_cache=ready_cache)
     meta = dict(res.meta)
     meta.update(measured=res.measured, resumed=res.resumed)
     return CharacterizationResult(element, res.signatures, frontier_of(res.signatures), res.skipped, meta)

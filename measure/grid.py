@@ -124,6 +124,58 @@ def _values(token: str, knob: str, text: str) -> list[float]:
         raise GridError(f"grid {text!r}: value {token!r} for {knob} is not a number") from None
 
 
+#: Default subsampling of a device's own ranges (see :func:`default_grid` for why).
+DEFAULT_SM_CLOCKS = 12
+DEFAULT_SM_CLOCK_FLOOR = 0.5
+DEFAULT_CAP_FRACTION = 0.4
+DEFAULT_SM_COUNTS = 9
+
+
+def default_grid(opset: OperatingSet, read_only: bool = False) -> Grid:
+    """The grid ``ecal characterize`` measures when none is given, from the device's own
+    supported clocks and power-limit range (any NVIDIA GPU, no ``--grid`` needed).
+
+    * **SM clocks**: :data:`DEFAULT_SM_CLOCKS` (12) clocks evenly spaced from the highest
+      supported SM clock (at the highest memory clock) down to half of it, each snapped to the
+      nearest supported clock. Below about half the top clock, static energy dominates and a
+      kernel only gets slower *and* costlier (Perseus and Zeus find the energy frontier in the
+      upper half of the range); 12 points resolve the frontier's knee at roughly 4 % of the top
+      clock per step while keeping a sweep to minutes.
+    * **Power limits**: the device's default limit and one :data:`DEFAULT_CAP_FRACTION` (40 %)
+      of the way from it down to the minimum, rounded to 10 W. A cap acts only on work that
+      draws power near it (the firmware then lowers the clock by itself), so one capped plane
+      shows whether capping matters for this element; more planes multiply the device time.
+    * The memory clock is left as it is (one plane: the highest).
+    * **Read-only** (no device setting may change): SM allocations from all SMs down in
+      :data:`DEFAULT_SM_COUNTS` (9) steps that are multiples of the SM-partition granularity.
+
+    On the simulated H200 (SM clocks 345–1980 MHz, 200–700 W) this is
+    ``sm_clock_mhz=1980:990:-90,power_limit_w=700,500`` (and ``sm_count=132:4:-16`` read-only),
+    the defaults ``ecal characterize`` has always used there.
+    """
+    if read_only:
+        gran = max(1, opset.sm_granularity)
+        step = max(gran, int(round(opset.sm_count / (DEFAULT_SM_COUNTS - 1) / gran)) * gran)
+        counts = [c for c in range(opset.sm_count, 0, -step)][:DEFAULT_SM_COUNTS]
+        return Grid({"sm_count": tuple(counts)})
+    supported = opset.supported_sm_clocks()
+    axes: dict[str, tuple[float, ...]] = {}
+    if supported:
+        top = max(supported)
+        n = DEFAULT_SM_CLOCKS
+        targets = [top - i * (top * (1 - DEFAULT_SM_CLOCK_FLOOR)) / (n - 1) for i in range(n)]
+        picked = [min(supported, key=lambda c, t=t: (abs(c - t), -c)) for t in targets]
+        axes["sm_clock_mhz"] = tuple(sorted(set(picked), reverse=True))
+    lo, hi = opset.power_limit_range_w
+    if hi > 0:
+        default = opset.default.power_limit_w or hi
+        default = min(max(default, lo), hi)
+        capped = round((default - DEFAULT_CAP_FRACTION * (default - lo)) / 10.0) * 10.0
+        capped = min(max(capped, lo), hi)
+        axes["power_limit_w"] = tuple(dict.fromkeys((default, capped)))
+    return Grid(axes)
+
+
 def parse_grid(spec: str | Grid | Mapping[str, Sequence[float]] | None) -> Grid:
     """A :class:`Grid` from a string, a mapping knob → values, a Grid, or None (current point)."""
     if spec is None:

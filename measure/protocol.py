@@ -127,14 +127,29 @@ def measure_ready_power_w(device: Device, protocol: Protocol = Protocol()) -> fl
     return float(np.mean(powers))
 
 
+#: Calls of a work that may take zero device time before the timed trial gives up on it (a
+#: real GPU's monotonic clock always advances over a thousand launches).
+ZERO_TIME_CALLS = 1024
+
+
 def time_per_invocation_s(device: Device, work: Any, sm_count: int | None = None,
                           min_trial_s: float = 0.02) -> float:
-    """A timed trial: run ``work`` 1, 2, 4, ... times until the run lasts ``min_trial_s``."""
+    """A timed trial: run ``work`` 1, 2, 4, ... times until the run lasts ``min_trial_s``.
+
+    Raises :class:`DeviceError` when :data:`ZERO_TIME_CALLS` calls take no device time at all:
+    the work does not run on this device (e.g. a Python function on the simulator, whose
+    clock only kernels advance), and no window could ever be sized from it."""
     n = 1
     while True:
         t0 = device.time_s()
         device.run(work, n, sm_count=sm_count)
         dt = device.time_s() - t0
+        if dt <= 0 and n >= ZERO_TIME_CALLS:
+            hint = (": the simulator's clock advances only for simulated kernels; run your own "
+                    "code on a GPU (nvml:INDEX) or give a simulated preset"
+                    if getattr(device, "simulated", False) else "")
+            raise DeviceError(f"{n} calls of the work took no device time on {device.name}; "
+                              f"it does not run there{hint}")
         if dt >= min_trial_s or n >= 1 << 20:
             return dt / n
         n *= 2 if dt <= 0 else max(2, min(64, math.ceil(min_trial_s / dt * 1.2)))

@@ -2,7 +2,8 @@
 (flush + fsync), so nothing measured is lost, and a rerun resumes from it.
 
 Lines are JSON objects with a ``kind``: ``"header"`` (what is measured, on what, how),
-``"ready"`` (ready power at one ω_dev) or ``"point"`` (one signature, in the lossless codec of
+``"ready"`` (ready power at one ω_dev; ``source`` ``"campaign"`` when it was reused from
+another element's calibration, see :class:`~measure.sweep.ReadyPowerCache`) or ``"point"`` (one signature, in the lossless codec of
 :mod:`frontier.pareto`: its name, exact variances and ``d_j``, so a resumed point equals the
 measured one bit for bit). A malformed line is an error naming the file and line.
 
@@ -416,11 +417,17 @@ class ResultsLog:
             self.header = _header_record(header)
             self._append(self.header)
 
-    def add_ready(self, omega: OperatingPoint, power_w: float) -> None:
-        """Append a ready-power calibration."""
+    def add_ready(self, omega: OperatingPoint, power_w: float, source: str | None = None) -> None:
+        """Append a ready-power calibration (durable when this returns). ``source`` says where
+        the value came from when it was not calibrated for this file (``"campaign"``: reused
+        from another element's calibration at the same ω_dev on the same device); a reader
+        uses the value either way, so a resumed run reuses what the first run used."""
         k = dev_key(omega)
         self.ready_w[k] = float(power_w)
-        self._append({"kind": "ready", "omega_dev": k, "ready_power_w": float(power_w)})
+        rec: dict[str, Any] = {"kind": "ready", "omega_dev": k, "ready_power_w": float(power_w)}
+        if source is not None:
+            rec["source"] = source
+        self._append(rec)
 
     def add_point(self, key: str, sig: Signature) -> Signature:
         """Append one measured point (durable when this returns) and return it as a resume

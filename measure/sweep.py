@@ -15,6 +15,7 @@ makes a simulated point depend on its key and the seed only.
 
 from __future__ import annotations
 
+import json
 import math
 import socket
 import sys
@@ -29,7 +30,7 @@ from frontier.signature import Signature
 from .device import Device, restoring
 from .grid import Grid, parse_grid
 from .protocol import Protocol, measure_point, measure_ready_power_w
-from .results_log import ResultsLog, dev_key, point_key
+from .results_log import DEVICE_IDENTITY, ResultsLog, dev_key, point_key
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,85 @@ class SweepResult:
     meta: Mapping[str, Any] = field(default_factory=dict)
 
 
+class ReadyPowerCache:
+    """Ready-power calibrations of one campaign, reused across its elements.
+
+    Ready (static) power belongs to the device at an ω_dev, not to the element measured there,
+    so a campaign of several elements needs it once per (device, ω_dev): calibrating it again
+    for every element was most of a small campaign's device time. Keys are the device's
+    identity (``describe()``: name, UUID, driver and the simulator's seed, as a results file
+    checks them), the ω_dev and the ready-power protocol settings (``ready_window_s``,
+    ``ready_windows``), so values measured another way are never mixed in.
+
+    Pass one cache to every :func:`sweep` / :func:`~measure.characterize.characterize` of the
+    campaign. A sweep with a results file seeds the cache with the values its file holds (a
+    resumed campaign calibrates nothing it calibrated before) and records every value it uses
+    in its file (``"source": "campaign"`` when reused), so each file stays self-contained.
+
+    On the simulator, reuse changes no signature: a calibration depends only on the seed and
+    the ω_dev (see :meth:`~measure.sim.SimulatedGPU.seed_point`). On a real GPU the reused value
+    is the one measured earlier in the campaign; the protocol's null context (cooldown, baseline
+    temperature) is what keeps the device near the state it was calibrated in.
+
+    A mutable record (not a value object): ``calibrations`` (values measured), ``reuses``
+    (values served to a sweep that would otherwise have calibrated), ``calibration_time_s``
+    (device time spent calibrating).
+    """
+
+    def __init__(self) -> None:
+        self._w: dict[tuple, float] = {}
+        self.calibrations = 0
+        self.reuses = 0
+        self.calibration_time_s = 0.0
+
+    @staticmethod
+    def key(device: Device, omega: OperatingPoint, protocol: Protocol) -> tuple:
+        """The cache key of ``omega``'s ω_dev on ``device`` under ``protocol``."""
+        d = device.describe()
+        ident = tuple(str(d.get(f)) for f in DEVICE_IDENTITY)
+        return ident, dev_key(omega), float(protocol.ready_window_s), int(protocol.ready_windows)
+
+    def get(self, device: Device, omega: OperatingPoint, protocol: Protocol) -> float | None:
+        """The cached ready power at ``omega``'s ω_dev, W (None when not calibrated yet)."""
+        return self._w.get(self.key(device, omega, protocol))
+
+    def calibrate(self, device: Device, omega: OperatingPoint, protocol: Protocol) -> tuple[float, bool]:
+        """The ready power at ``omega``'s ω_dev (which must be applied): the cached value, or a
+        new calibration (``device.seed_point("ready <ω_dev>")`` first, so a simulated value
+        depends on the seed and ω_dev only). Returns (W, whether it was reused)."""
+        k = self.key(device, omega, protocol)
+        if k in self._w:
+            self.reuses += 1
+            return self._w[k], True
+        device.seed_point(f"ready {dev_key(omega)}")
+        t0 = device.time_s()
+        w = float(measure_ready_power_w(device, protocol))
+        self.calibration_time_s += device.time_s() - t0
+        self.calibrations += 1
+        self._w[k] = w
+        return w, False
+
+    def seed(self, device: Device, omega: OperatingPoint, protocol: Protocol, power_w: float) -> None:
+        """Take a value calibrated earlier (e.g. read from a results file) unless one is held."""
+        self._w.setdefault(self.key(device, omega, protocol), float(power_w))
+
+    def values(self) -> dict[str, dict[str, float]]:
+        """JSON-ready: device UUID (or name) → ω_dev label → ready power, W."""
+        out: dict[str, dict[str, float]] = {}
+        for (ident, dk, _, _), w in self._w.items():
+            dev = ident[1] if ident[1] != "None" else ident[0]
+            out.setdefault(dev, {})[_dev_label(dk)] = w
+        return out
+
+    def __len__(self) -> int:
+        return len(self._w)
+
+
+def _dev_label(dk: str) -> str:
+    """The label of an ω_dev from its results-file key (:func:`~measure.results_log.dev_key`)."""
+    return OperatingPoint.from_dict(json.loads(dk)).label()
+
+
 def _kappa_of(work: Any) -> str | None:
     return getattr(work, "kappa", None)
 
@@ -79,11 +159,15 @@ def sweep(device: Device, works: Mapping[str | None, Any], element: str,
           grid: str | Grid | Mapping | None = None, protocol: Protocol = Protocol(),
           results_path: str | None = None, progress: Callable[[Progress], None] | None = print_progress,
           early_stop_k: int | None = None, theta: str | None = None,
-          ready_power_w: float | None = None) -> SweepResult:
+          ready_power_w: float | None = None,
+          ready_cache: ReadyPowerCache | None = None) -> SweepResult:
     """Measure ``element`` for every (ω, κ) in ``grid`` × ``works`` (κ label → work).
 
     Ready power is calibrated once per ω_dev (and kept in the results file); pass
-    ``ready_power_w`` to reuse a calibration when the sweep does not change ω_dev (read-only).
+    ``ready_power_w`` to reuse a calibration when the sweep does not change ω_dev (read-only),
+    or ``ready_cache`` (a :class:`ReadyPowerCache` shared by a campaign's sweeps) to calibrate
+    each (device, ω_dev) once across elements. ``meta["ready_power_w"]`` of the result maps
+    the label of each ω_dev measured to the ready power used there, W.
 
     The grid is validated against the device (and its read-only guard) before anything
     changes; the device is restored afterwards on every exit path.
@@ -113,13 +197,13 @@ def sweep(device: Device, works: Mapping[str | None, Any], element: str,
         log.check_identity(header, Protocol().to_dict())
         log.write_header(header)
         return _sweep(device, works, element, g, protocol, log, progress, early_stop_k, theta,
-                      ready_power_w, results_path)
+                      ready_power_w, results_path, ready_cache)
 
 
 def _sweep(device: Device, works: Mapping[str | None, Any], element: str, g: Grid,
            protocol: Protocol, log: ResultsLog, progress: Callable[[Progress], None] | None,
            early_stop_k: int | None, theta: str | None, ready_power_w: float | None,
-           results_path: str | None) -> SweepResult:
+           results_path: str | None, cache: ReadyPowerCache | None) -> SweepResult:
     points = g.points()
     total = len(points) * len(works)
     out: list[Signature] = []
@@ -128,6 +212,15 @@ def _sweep(device: Device, works: Mapping[str | None, Any], element: str, g: Gri
     t_start = time.monotonic()
     n_measured = n_resumed = done = 0
     applied: OperatingPoint | None = None
+    if cache is not None and ((log.header or {}).get("device") or {}).get("uuid"):
+        # a resumed file's calibrations serve the rest of the campaign (only from a file that
+        # records which GPU it is: check_identity has matched that with this device)
+        for dk, w in log.ready_w.items():
+            try:
+                omega = OperatingPoint.from_dict(json.loads(dk))
+            except (TypeError, ValueError):
+                continue        # not a key this module writes: the file's own points keep it
+            cache.seed(device, omega, protocol, w)
     with restoring(device):
         for op in points:
             for kappa, work in works.items():
@@ -147,10 +240,16 @@ def _sweep(device: Device, works: Mapping[str | None, Any], element: str, g: Gri
                         applied = op.dev
                     dk = dev_key(op)
                     if dk not in log.ready_w:
-                        if ready_power_w is None:
+                        source = None
+                        if ready_power_w is not None:
+                            w = ready_power_w
+                        elif cache is not None:
+                            w, reused = cache.calibrate(device, op, protocol)
+                            source = "campaign" if reused else None
+                        else:
                             device.seed_point(f"ready {dk}")
-                        log.add_ready(op, ready_power_w if ready_power_w is not None
-                                      else measure_ready_power_w(device, protocol))
+                            w = measure_ready_power_w(device, protocol)
+                        log.add_ready(op, w, source=source)
                     device.seed_point(k)
                     sig = measure_point(device, work, element, protocol, ready_w=log.ready_w[dk],
                                         sm_count=op.sm_count, omega=op,
@@ -166,8 +265,10 @@ def _sweep(device: Device, works: Mapping[str | None, Any], element: str, g: Gri
                     count, last = rises.get(gkey, (0, math.inf))
                     rises[gkey] = (count + 1 if sig.energy_j > last else 0, sig.energy_j)
                 _report(progress, done, total, label, t_start, n_measured, measured, sig)
+    used = {_dev_label(dev_key(p)): log.ready_w[dev_key(p)] for p in points
+            if dev_key(p) in log.ready_w}
     return SweepResult(tuple(out), tuple(skipped), n_resumed, n_measured,
-                       {"grid": g.to_dict(), "results_path": results_path,
+                       {"grid": g.to_dict(), "results_path": results_path, "ready_power_w": used,
                         "dropped_partial_line": log.dropped_partial_line, **device.describe()})
 
 

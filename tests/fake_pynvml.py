@@ -378,3 +378,20 @@ def make_fake_pynvml(gpu: FakeGPU | None = None, *, gpus: list[FakeGPU] | None =
     mod.call_count = lambda name=None: counts.get(name, 0)
     mod.FUNCTIONS = tuple(funcs)
     return mod
+
+
+def install_fake_nvml(monkeypatch: Any, fake: Any) -> type:
+    """Make ``measure.nvml`` use ``fake`` (its devices on the fake's own clock, no CUDA
+    synchronize) for the rest of a test: what ``ecal ... --device nvml:N`` then opens is the
+    fake card. Returns the patched ``NVMLDevice`` class (to open one by hand)."""
+    import measure.nvml as mn
+
+    monkeypatch.setattr(mn, "_load_pynvml", lambda: fake)
+
+    class FakeClockNVML(mn.NVMLDevice):     # the fake card's clock instead of the wall clock
+        def __init__(self, *a: Any, **kw: Any) -> None:
+            kw.update(clock=fake.time, sleep=fake.sleep, synchronize=lambda: None)
+            super().__init__(*a, **kw)
+
+    monkeypatch.setattr(mn, "NVMLDevice", FakeClockNVML)
+    return FakeClockNVML
