@@ -1,0 +1,349 @@
+"""Adaptive characterization (measure.adaptive) and the bounds it rests on (frontier.bounds)."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import numpy as np
+import pytest
+
+from frontier.bounds import (
+    BoundsError,
+    Interval,
+    convex_bound,
+    dominating,
+    merge_close,
+    monotone_bound,
+    shape_bound,
+)
+from frontier.operating_point import OperatingPoint
+from frontier.pareto import pareto_frontier
+from frontier.signature import Signature
+from measure.adaptive import AdaptiveError, AdaptiveResult, characterize_adaptive, default_coarse
+from measure.grid import Grid
+from measure.replay import ReplayDevice
+from measure.sim import SimulatedGPU, preset
+from measure.sweep import sweep
+
+K = 2.0
+
+
+# ---------------------------------------------------------------------------------------------
+# bounds, worked by hand
+# ---------------------------------------------------------------------------------------------
+
+def test_convex_bound_hand_worked():
+    # g = (x - 3)^2 sampled at 1, 2, 4, 5 (exact): g(3) = 0
+    xs, g = [1.0, 2.0, 4.0, 5.0], [4.0, 1.0, 1.0, 4.0]
+    b = convex_bound(xs, g, g, 3.0)
+    # upper: chord (2,1)-(4,1) = 1; lower: secants (1,2) and (4,5) extended: 1 - 3 = -2
+    assert b == Interval(-2.0, 1.0)
+    assert b.contains(0.0)
+    # at 2.5 the chord of (2,1),(4,1) is 1; the secant of (1,4),(2,1) gives 1 - 1.5 = -0.5
+    assert convex_bound(xs, g, g, 2.5) == Interval(-0.5, 1.0)
+    # outside the data: no chord, so unbounded above; lower from the secant of (4,1),(5,4): 7
+    out = convex_bound(xs, g, g, 6.0)
+    assert out.lo == pytest.approx(7.0) and out.hi == math.inf
+    # at a data point: its own value
+    assert convex_bound(xs, g, g, 4.0) == Interval(1.0, 1.0)
+
+
+def test_convex_bound_with_intervals_is_worst_case():
+    # values known to +-0.1: chord uses the highs, the secant (1 + r) lo_j - r hi_i
+    xs = [0.0, 1.0, 2.0, 4.0]
+    v = np.array([4.0, 2.0, 1.0, 1.0])
+    b = convex_bound(xs, v - 0.1, v + 0.1, 3.0)
+    assert b.hi == pytest.approx(1.1)                     # chord of (2,1.1),(4,1.1)
+    assert b.lo == pytest.approx(2 * 0.9 - 2.1)           # secant (1,2)-(2,1) extended: r = 1
+    # every convex function through the intervals is inside: a random family
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        a, c = rng.uniform(0, 1), rng.uniform(-3, 3)
+        ys = a * (np.asarray(xs) - c) ** 2
+        assert convex_bound(xs, ys, ys, 3.0).contains(a * (3.0 - c) ** 2, 1e-12)
+
+
+def test_monotone_bound_hand_worked():
+    xs, v = [1.0, 2.0, 4.0], [9.0, 5.0, 2.0]
+    assert monotone_bound(xs, v, v, 3.0, decreasing=True) == Interval(2.0, 5.0)
+    assert monotone_bound(xs, v, v, 0.5, decreasing=True) == Interval(9.0, math.inf)
+    up = [1.0, 2.0, 5.0]
+    assert monotone_bound(xs, up, up, 3.0, decreasing=False) == Interval(2.0, 5.0)
+
+
+def test_shape_bound_intersects_and_flags_contradiction():
+    # T = 12/x (convex, decreasing), sampled at 1, 2, 3, 6
+    xs = [1.0, 2.0, 3.0, 6.0]
+    t = [12.0, 6.0, 4.0, 2.0]
+    b = shape_bound(xs, t, t, 4.0, convex=True, monotone="decreasing")
+    assert b.contains(3.0)                                  # 12/4
+    assert b.lo >= 2.0 and b.hi <= 4.0
+    # data that are not convex: a spike in the middle makes chord < secant
+    bad = [1.0, 1.0, 5.0, 1.0, 1.0]
+    e = shape_bound([1.0, 2.0, 3.0, 4.0, 5.0], bad, bad, 2.5, convex=True)
+    assert e.empty
+    with pytest.raises(BoundsError):
+        shape_bound(xs, t, t, 4.0, monotone="sideways")  # type: ignore[arg-type]
+
+
+def test_merge_and_dominating():
+    x, lo, hi = merge_close([3.0, 1.0, 1.05], [5.0, 2.0, 3.0], [6.0, 2.5, 3.5], tol=0.1)
+    assert list(x) == pytest.approx([1.025, 3.0])
+    assert list(lo) == [2.0, 5.0] and list(hi) == [3.5, 6.0]
+    pts = np.array([[1.0, 5.0], [2.0, 3.0]])
+    assert dominating([2.0, 3.05], pts, [0.0, 0.1]) == 1
+    assert dominating([1.5, 2.0], pts, [0.0, 0.1]) is None
+
+
+@pytest.mark.parametrize("args", [
+    ([1.0, 2.0], [1.0], [1.0]),                 # lengths differ
+    ([2.0, 1.0], [1.0, 1.0], [1.0, 1.0]),       # not increasing
+    ([1.0, 2.0], [1.0, math.nan], [1.0, 1.0]),  # NaN
+    ([1.0, 2.0], [2.0, 1.0], [1.0, 1.0]),       # lo > hi
+])
+def test_bounds_reject_bad_input(args):
+    with pytest.raises(BoundsError):
+        convex_bound(*args, 1.5)
+
+
+# ---------------------------------------------------------------------------------------------
+# adaptive on a replayed full grid (the truth is known)
+# ---------------------------------------------------------------------------------------------
+
+CLOCKS = [float(f) for f in range(600, 1981, 60)]        # 24 clocks
+
+
+def _model_grid(name: str = "k", wobble: float = 0.0) -> dict[str, list[Signature]]:
+    """A replayed sweep shaped like a GPU kernel: T = a/f + b (convex, falling), E convex with
+    its minimum inside the range (the U shape)."""
+    sigs = []
+    for i, f in enumerate(CLOCKS):
+        t = 2.0e-3 * 1000.0 / f + 0.4e-3
+        e = 0.8 + 0.45 * ((f - 1150.0) / 800.0) ** 2 + wobble * math.sin(i)
+        sigs.append(Signature.from_runs(name, [t], [e], s_w=0.0,
+                                        omega=OperatingPoint(sm_clock_mhz=f)))
+    return {name: sigs}
+
+
+def _full(sigs: dict[str, list[Signature]], name: str) -> dict[OperatingPoint, Signature]:
+    res = sweep(ReplayDevice(sigs), {None: name}, name, grid={"sm_clock_mhz": CLOCKS},
+                progress=None)
+    return {s.omega: s for s in res.signatures}
+
+
+def _check_against_full(res: AdaptiveResult, full: dict[OperatingPoint, Signature],
+                        rel_sigma: float) -> None:
+    coords = ("time_s", "energy_j")
+    measured = np.array([[s.time_s, s.energy_j] for s in res.signatures])
+    front = {s.omega for s in pareto_frontier(list(full.values()), "TE")}
+    for sk in res.skipped:
+        truth = full[sk.omega]
+        tol = np.array([K * rel_sigma * truth.time_s, K * rel_sigma * truth.energy_j])
+        v = np.array([truth.time_s, truth.energy_j])
+        if sk.reason == "dominated":
+            # a point on the full frontier may be skipped only if a measured point is within σ
+            if sk.omega in front:
+                assert np.any(np.all(measured <= v + tol, axis=1)), sk
+        else:
+            assert sk.reason == "predicted", sk
+            for c, t in zip(coords, tol):
+                lo, hi = sk.bounds[c]
+                assert lo - t <= getattr(truth, c) <= hi + t, (sk, c)
+
+
+def test_adaptive_on_replayed_grid_never_skips_a_frontier_point_beyond_sigma():
+    sigs = _model_grid()
+    full = _full(sigs, "k")
+    res = characterize_adaptive("k", ReplayDevice(sigs), grid={"sm_clock_mhz": CLOCKS},
+                                coarse_grid=5)
+    assert len(res.signatures) + len(res.skipped) == len(CLOCKS)
+    assert 0 < len(res.signatures) < len(CLOCKS)                 # it did skip something
+    assert res.skipped_by_reason().get("dominated", 0) > 0       # the slow end below E_min
+    _check_against_full(res, full, 1e-3)
+    # measured points equal the full sweep's, and the adaptive frontier is as good
+    for kp, s in zip(res.measured_keys, res.signatures):
+        assert s.energy_j == pytest.approx(full[kp[1]].energy_j, rel=1e-5)   # tick phase
+    ff = pareto_frontier(list(full.values()), "TE")
+    af = res.frontier()
+    for p in ff:
+        ok = [s for s in af if s.time_s <= p.time_s * (1 + 1e-6)]
+        best = min(ok, key=lambda s: s.energy_j)
+        assert full[best.omega].energy_j <= p.energy_j * (1 + 0.01)
+    assert res.gpu_s > 0 and res.rounds >= 1
+
+
+def test_adaptive_measures_where_data_break_convexity():
+    # a wobble of +-3 % breaks convexity: the bounds contradict and those points get measured;
+    # nothing is skipped wrongly
+    sigs = _model_grid(wobble=0.03)
+    full = _full(sigs, "k")
+    res = characterize_adaptive("k", ReplayDevice(sigs), grid={"sm_clock_mhz": CLOCKS},
+                                coarse_grid=5)
+    _check_against_full(res, full, 1e-3)
+    assert len(res.signatures) > 5
+
+
+def test_skipped_points_carry_reasons_and_estimates():
+    sigs = _model_grid()
+    res = characterize_adaptive("k", ReplayDevice(sigs), grid={"sm_clock_mhz": CLOCKS},
+                                coarse_grid=5)
+    measured = set(res.measured_keys)
+    assert {kp for kp in res.grid} == measured | {(s.kappa, s.omega) for s in res.skipped}
+    for sk in res.skipped:
+        assert sk.reason in ("dominated", "predicted") and sk.detail
+        assert set(sk.bounds) == {"time_s", "energy_j", "s_w", "d_j"}
+        if sk.reason == "dominated":
+            assert sk.by and "dominated" in sk.detail and sk.estimate is None
+        else:
+            assert sk.estimate is not None and sk.estimate.meta["estimated"] is True
+            lo, hi = sk.bounds["energy_j"]
+            assert lo <= sk.estimate.energy_j <= hi
+    d = res.to_dict()
+    assert d["measured"] + len(d["skipped"]) == d["grid_points"]
+    table = res.to_table()
+    assert "dominated" in table and "measured" in table and "[SIMULATED]" in table
+
+
+def test_save_writes_measured_signatures(tmp_path):
+    from frontier.io import load_signatures
+
+    res = characterize_adaptive("k", ReplayDevice(_model_grid()), grid={"sm_clock_mhz": CLOCKS},
+                                coarse_grid=5)
+    p = res.save(tmp_path / "k.json")
+    back = load_signatures(p)
+    assert len(back) == len(res.signatures)
+    with_est = res.save(tmp_path / "k2.json", include_estimates=True)
+    assert len(load_signatures(with_est)) == len(res.signatures) + len(res.estimates)
+
+
+def test_td_never_skips_across_omega_dev_as_dominated():
+    sigs = _model_grid()
+    res = characterize_adaptive("k", ReplayDevice(sigs), grid={"sm_clock_mhz": CLOCKS},
+                                coarse_grid=5, criterion="Td")
+    # one κ, no SM split: every clock is its own ω_dev group, so nothing is dominated in Td
+    assert res.skipped_by_reason().get("dominated", 0) == 0
+    tsd = characterize_adaptive("k", ReplayDevice(sigs), grid={"sm_clock_mhz": CLOCKS},
+                                coarse_grid=5, criterion="Tsd")
+    assert tsd.criterion == "Tsd" and len(tsd.signatures) + len(tsd.skipped) == len(CLOCKS)
+
+
+def test_nvdvfs_replay_if_available():
+    from frontier.h200 import shared_data_dir
+    from measure.replay import load_nvdvfs
+
+    path = shared_data_dir() / "nv-dvfs" / "v100-dvfs-real.csv"
+    if not path.exists():
+        pytest.skip("../shared/data/nv-dvfs is absent (a user's clone has no ../shared)")
+    sigs = load_nvdvfs(path)
+    for name in sorted(sigs)[:3]:
+        one = {name: sigs[name]}
+        grid = {"sm_clock_mhz": sorted({s.omega.sm_clock_mhz for s in sigs[name]}, reverse=True)}
+        full = {s.omega: s for s in sweep(ReplayDevice(one), {None: name}, name, grid=grid,
+                                           progress=None).signatures}
+        res = characterize_adaptive(name, ReplayDevice(one), grid=grid, rse_floor=0.005)
+        _check_against_full(res, full, 0.005)
+
+
+# ---------------------------------------------------------------------------------------------
+# the simulator: power limits, bit-identical points
+# ---------------------------------------------------------------------------------------------
+
+def test_sim_with_power_limits_matches_full_sweep_points():
+    grid = {"sm_clock_mhz": [float(f) for f in range(1980, 899, -120)],
+            "power_limit_w": [700.0, 400.0]}
+    res = characterize_adaptive(preset("gemm_bf16_8192"), SimulatedGPU(seed=3), grid=grid,
+                                name="gemm")
+    assert res.simulated and res.meta["device"] == "simulated H200"
+    full = sweep(SimulatedGPU(seed=3), {None: preset("gemm_bf16_8192")}, "gemm", grid=grid,
+                 progress=None)
+    by = {s.omega: s for s in full.signatures}
+    for (_, op), s in zip(res.measured_keys, res.signatures):
+        assert s.energy_j == by[op].energy_j and s.time_s == by[op].time_s   # seeded by key
+    assert len(res.signatures) < len(by)
+    assert res.gpu_s < sum(s.meta["device_time_s"] for s in full.signatures) * 2
+
+
+def test_default_coarse_has_ends_and_top_clock_per_limit():
+    g = Grid({"sm_clock_mhz": CLOCKS, "power_limit_w": [700.0, 500.0, 400.0, 300.0]})
+    pts = default_coarse(g, 4)
+    top = [p for p in pts if p.power_limit_w == 700.0]
+    assert {p.sm_clock_mhz for p in top} >= {CLOCKS[0], CLOCKS[-1]} and len(top) == 4
+    assert {p.power_limit_w for p in pts if p.sm_clock_mhz == CLOCKS[-1]} == {700.0, 500.0, 300.0}
+
+
+# ---------------------------------------------------------------------------------------------
+# bad input
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"criterion": "TT"}, "criterion"),
+    ({"target_rse": 0.0}, "target_rse"),
+    ({"k_sigma": math.nan}, "k_sigma"),
+    ({"rel_tol": -0.1}, "rel_tol"),
+    ({"max_rounds": 0}, "max_rounds"),
+    ({"coarse_grid": 2}, "at least 3"),
+    ({"coarse_grid": {"sm_clock_mhz": [1234.0]}}, "not in the grid"),
+    ({"grid": {"sm_clock_mhz": [600.0, 660.0]}}, "at least 3"),
+    ({"grid": {"power_limit_w": [700.0]}}, "sm_clock_mhz"),
+    ({"rse_floor": 2.0}, "rse_floor"),
+])
+def test_bad_input_errors(kwargs, match):
+    sigs = _model_grid()
+    base = {"grid": {"sm_clock_mhz": CLOCKS}}
+    base.update(kwargs)
+    with pytest.raises(AdaptiveError, match=match):
+        characterize_adaptive("k", ReplayDevice(sigs), **base)
+
+
+def test_bad_grid_point_is_rejected_before_measuring():
+    from measure.device import UnsupportedSettingError
+
+    dev = ReplayDevice(_model_grid())
+    with pytest.raises(UnsupportedSettingError):
+        characterize_adaptive("k", dev, grid={"sm_clock_mhz": [600.0, 660.0, 661.0]})
+    assert dev.time_s() == 0.0
+    with pytest.raises(AdaptiveError, match="no work"):
+        characterize_adaptive({}, dev, grid={"sm_clock_mhz": CLOCKS})
+
+
+# ---------------------------------------------------------------------------------------------
+# the experiments' machinery, on tiny inputs
+# ---------------------------------------------------------------------------------------------
+
+def _load_experiment(name: str):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "experiments" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_exp_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod          # dataclasses look their module up there
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
+
+
+def test_adaptive_experiment_checks_and_chain_on_a_replayed_model():
+    ex = _load_experiment("adaptive_characterization")
+    runs = []
+    for name, wobble in (("a", 0.0), ("b", 0.0)):
+        sigs = _model_grid(name, wobble)
+        full = _full(sigs, name)
+        ad = characterize_adaptive(name, ReplayDevice(sigs), grid={"sm_clock_mhz": CLOCKS},
+                                   coarse_grid=5)
+        r = ex.ElementRun("model", name, full, 1.0, ad)
+        ex.check(r, K)
+        assert r.plan_gaps and max(r.plan_gaps) < 0.01 and not r.wrong_skips
+        runs.append(r)
+    rows = ex.chain(runs, "model chain")
+    assert [c["deadline_x"] for c in rows] == list(ex.CHAIN_DEADLINES)
+    assert all(c["gap"] is None or c["gap"] < 0.01 for c in rows)
+    assert "model" in ex.markdown_table(ex.HEAD, ex.element_rows(runs))
+
+
+def test_protocol_gpu_seconds_runs_and_compares():
+    ex = _load_experiment("protocol_gpu_seconds")
+    res = ex.run(seeds=2)
+    s = res["summary"]
+    assert s["Zeus 5 s + 5 s, to 1 %"]["gpu_s_per_point"] > s["ecal tick-aligned 0.6 s"]["gpu_s_per_point"]
+    assert res["simulated"] is True and "SIMULATED" in ex.table(res)
