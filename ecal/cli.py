@@ -39,6 +39,9 @@ EPILOG = """examples:
   ecal compose ecal/examples/attention_tp2.json
   ecal check ecal/examples/h200_compositions.json
   ecal plan ecal/examples/pipeline_4x8.csv --deadline 1.05x -o plan.json --plot plan.png
+  ecal plan ecal/examples/workload_1f1b.json --deadline 1.05x -o plan.json --schedule schedule.json
+  ecal run plan.json --workload ecal/examples/workload_1f1b.json   # run it, measure it
+  ecal characterize mytrain:make_fwd --device nvml:0 -o fwd.json    # your own code
   ecal pareto ecal/examples/pipeline_4x8.csv --plot pareto.png
   ecal import nv-dvfs ../shared/data/nv-dvfs/v100-dvfs-real.csv -o v100.json
   ecal restore                                   # after a killed run: put GPU settings back
@@ -68,18 +71,38 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("characterize", help="measure an element's signatures over an operating-point grid",
                        formatter_class=fmt, epilog="""examples:
   ecal characterize gemm_bf16_8192 --grid "sm_clock_mhz=1980:1200:-60,power_limit_w=700,500" -o gemm.json
+  ecal characterize mytrain:make_fwd mytrain:make_bwd --name s0_fwd --name s0_bwd --device nvml:0 -o s0.json
   ecal characterize copy_2GiB --device nvml:0 --read-only --results sweep.jsonl
-work: a simulated kernel preset name (see --list), or module:function for a real GPU""")
-    p.add_argument("work", nargs="?", default="gemm_bf16_8192", help="kernel preset or module:function")
+work: a simulated kernel preset name (see --list), or module:attribute (your own code, imported
+  from the current folder) on a GPU: a zero-argument work, or a factory that builds it once and
+  returns it (a callable returned by the first call marks a factory; see docs/characterize.md)
+grid: default from the device's supported SM clocks (12, from the top down to half of it) and
+  power limits (the default and one 40 % lower toward the minimum); read-only: SM allocations
+several works: ready power is calibrated once per operating point and shared; -o holds them all""")
+    p.add_argument("work", nargs="*", default=["gemm_bf16_8192"],
+                   help="kernel preset or module:attribute (work or factory); several: one campaign")
+    p.add_argument("--name", action="append", default=None,
+                   help="element name (repeat once per work, in order; default: the preset, the "
+                        "work's 'name' attribute, else the attribute as given)")
+    p.add_argument("--factory", action=argparse.BooleanOptionalAction, default=None,
+                   help="module:attribute is a factory (--factory) or the work itself (--no-factory); "
+                        "default: a factory when its first call returns a callable")
     p.add_argument("--device", default="sim", help="sim (simulated H200, default) or nvml:INDEX")
     p.add_argument("--grid", default=None, help='knob=values,... e.g. "sm_clock_mhz=1980:1200:-60,power_limit_w=700,500"')
     p.add_argument("--read-only", action="store_true", help="never change device settings (sweep SM allocation only)")
-    p.add_argument("--results", default=None, help="JSON-lines file each point is appended to; a rerun resumes")
+    p.add_argument("--results", default=None,
+                   help="JSON-lines file each point is appended to; a rerun resumes (several works: "
+                        "one file per element, R.jsonl -> R.<element>.jsonl)")
+    p.add_argument("--window-s", type=float, default=0.6, help="target length of one measurement window, s")
+    p.add_argument("--warmup-s", type=float, default=0.2, help="unmeasured work before a point's first window, s")
+    p.add_argument("--cooldown-s", type=float, default=0.0, help="idle gap before each window (null context), s")
+    p.add_argument("--min-windows", type=int, default=3, help="fewest windows per point")
+    p.add_argument("--max-windows", type=int, default=20, help="most windows per point")
     p.add_argument("--target-rse", type=float, default=0.01, help="stop repeating at this relative std. error of E")
     p.add_argument("--seed", type=int, default=0, help="simulator seed")
     p.add_argument("--list", action="store_true", help="list the simulated kernel presets and exit")
     p.add_argument("-o", "--output", default=None, help="signature/frontier file to write (JSON)")
-    p.add_argument("--plot", default=None, help="frontier plot to write (PNG)")
+    p.add_argument("--plot", default=None, help="frontier plot to write (PNG; one work only)")
     _add_json(p)
 
     p = sub.add_parser("frontier", help="Pareto frontier of a signature file", formatter_class=fmt,
@@ -87,6 +110,7 @@ work: a simulated kernel preset name (see --list), or module:function for a real
                               "  ecal frontier gemm.json --criterion Td   # safe before a same-device ⊕")
     p.add_argument("file", help="signature file (from characterize or import)")
     p.add_argument("--element", default=None, help="only this element (default: every element in the file)")
+    p.add_argument("--gpu-model", default=None, help="a store (.sqlite/.db): only this GPU model's points")
     p.add_argument("--criterion", choices=["TE", "Td", "Tsd"], default="TE",
                    help="TE before ⊗ (default); Td before ⊕ (same device); Tsd before ⊕multi")
     p.add_argument("--plot", default=None, help="plot to write (PNG)")
@@ -115,33 +139,43 @@ work: a simulated kernel preset name (see --list), or module:function for a real
     for name, helptext in (("plan", "choose operating points under a deadline"),
                            ("pareto", "energy-vs-deadline frontier of a workload")):
         p = sub.add_parser(name, help=helptext, formatter_class=fmt, epilog=(
-            "examples:\n  ecal plan ecal/examples/pipeline_4x8.csv --deadline 1.05x -o plan.json --plot plan.png\n"
+            "examples:\n  ecal plan ecal/examples/workload_1f1b.json --deadline 1.05x --schedule schedule.json\n"
+            "  ecal plan ecal/examples/pipeline_4x8.csv --deadline 1.05x -o plan.json --plot plan.png\n"
             "  ecal plan problem.json --deadline 0.95 --transition-time-s 0.01 --transition-energy-j 2"
             if name == "plan" else
-            "example:\n  ecal pareto ecal/examples/pipeline_4x8.csv --plot pareto.png -o pareto.json"))
-        p.add_argument("workload", help="Perseus profile CSV (1F1B pipeline) or JSON problem file")
+            "examples:\n  ecal pareto ecal/examples/workload_1f1b.json --points 6\n"
+            "  ecal pareto ecal/examples/pipeline_4x8.csv --plot pareto.png -o pareto.json"))
+        p.add_argument("workload", help="workload file (ecal.workload/1: elements' signature files and "
+                                        "the step's shape, see docs/workload.md), Perseus profile CSV "
+                                        "(1F1B pipeline) or JSON problem file")
         if name == "plan":
             p.add_argument("--deadline", required=True, help="seconds (0.95) or a factor of the fastest makespan (1.05x)")
             p.add_argument("--schedule", default=None,
                            help="also write a per-stage frequency schedule a training loop can read (JSON)")
         else:
             p.add_argument("--points", type=int, default=None, help="number of deadlines when a grid is used")
-        p.add_argument("--microbatches", type=int, default=8, help="microbatches for a Perseus profile (1F1B)")
-        p.add_argument("--p2p-power-w", type=float, default=75.0, help="P2P-blocking (idle) power per GPU, W")
+        p.add_argument("--microbatches", type=int, default=None,
+                       help="microbatches of a Perseus profile (1F1B; default 8) or, for a workload "
+                            "file's pipeline, instead of its own")
+        p.add_argument("--p2p-power-w", type=float, default=None,
+                       help="P2P-blocking (idle) power per GPU, W (Perseus profile: default 75; a "
+                            "workload file: instead of its idle_power_w)")
         p.add_argument("--transition-time-s", type=float, default=0.0, help="time to switch ω_dev, s")
         p.add_argument("--transition-energy-j", type=float, default=0.0, help="energy to switch ω_dev, J")
         p.add_argument("--method", default="auto", help="auto, dp, ilp or fast")
         p.add_argument("--time-limit-s", type=float, default=None,
-                       help="MILP time limit; for the fast method with switch costs, the cap of its search "
-                            "(its work budget scales with it)")
+                       help="wall-clock safety net, s (plans are budgeted by work; a plan the net cut "
+                            "short says time_capped)")
         p.add_argument("-o", "--output", default=None, help="plan/curve file to write (JSON)")
         p.add_argument("--plot", default=None, help="timeline / curve plot to write (PNG)")
         _add_json(p)
 
     p = sub.add_parser("import", help="signatures from published measurements", formatter_class=fmt,
-                       epilog="kinds: h200, nv-dvfs, zeus-trace, zeus-log, perseus\nexample:\n"
+                       epilog="kinds: h200, nv-dvfs, zeus-trace, zeus-log, zeus-monitor, zeus-plo, perseus\n"
+                              "example:\n"
                               "  ecal import zeus-trace ../shared/data/zeus/nsdi23-traces/summary_power_v100.csv -o v100.json")
-    p.add_argument("kind", choices=["h200", "nv-dvfs", "zeus-trace", "zeus-log", "perseus"])
+    p.add_argument("kind", choices=["h200", "nv-dvfs", "zeus-trace", "zeus-log", "zeus-monitor",
+                                    "zeus-plo", "perseus"])
     p.add_argument("path", help="input file")
     p.add_argument("-o", "--output", required=True, help="signature file to write (JSON)")
     _add_json(p)
@@ -153,12 +187,26 @@ work: a simulated kernel preset name (see --list), or module:function for a real
     p.add_argument("--deadline", default="1.05x", help="deadline (default 1.05x the fastest makespan)")
     _add_json(p)
 
+    from .cmd_export import add_export_arguments
+
+    add_export_arguments(sub, fmt)
+
     from .cmd_run import add_run_arguments
 
-    p = sub.add_parser("run", help="execute a plan on simulated H200s and hold it against Eq. 23",
+    p = sub.add_parser("run", help="execute a plan, measure it, hold it against Eq. 23",
                        formatter_class=fmt, epilog="examples:\n  ecal run demo/plan.json --device sim\n"
-                                                   "  ecal run demo/plan_round1.json --seed 0 -o run.json")
+                                                   "  ecal run demo/plan_round1.json --seed 0 -o run.json\n"
+                                                   "  ecal run plan.json --workload workload.json --device nvml:0")
     add_run_arguments(p)
+
+    from .cmd_campaign import add_campaign_arguments
+
+    p = sub.add_parser("campaign", formatter_class=fmt,
+                       help="characterize many elements on many GPUs (local or Ray) into one store",
+                       epilog="examples:\n  ecal campaign ecal/examples/campaign_sim.yaml --gpus 4\n"
+                              "  ecal campaign campaign.yaml --device nvml --ray auto --store runs.sqlite\n"
+                              "  ecal frontier runs.sqlite --gpu-model H200 --element gemm_bf16_8192")
+    add_campaign_arguments(p)
 
     p = sub.add_parser("restore", formatter_class=fmt,
                        help="put back GPU settings a killed run left changed (reads the device journal)",

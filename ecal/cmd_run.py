@@ -15,9 +15,19 @@ relative to the plan file::
 the plan and the measured savings (with σ) against each are reported.
 
 ``--device sim`` runs every plan device on its own simulated H200 (``measure.run_plan``).
-``--device nvml:N`` is refused for now: a real run needs the work as callables (issue 20).
+
+**Your own plan: ``ecal run plan.json --workload workload.json [--device nvml:N]``.** A plan
+``ecal plan workload.json -o plan.json`` wrote is run with the workload it was made for: each
+task runs its element's ``work`` (``module:factory``, imported from the working folder; the
+factory is called once, outside every window; a simulated preset on ``--device sim``) at the
+plan's ω, step after step, measured with the tick-aligned protocol until the target relative
+standard error; then the same step with every task at the top clock and power limit (the
+baseline, ``--no-baselines`` skips it): measured T and E ± σ against the prediction, Eq. 23,
+and the measured saving. A real GPU runs single-device plans (a chain or a DAG on one
+device); a multi-GPU plan runs in your own launcher (``measure.PlanApplier.from_schedule``).
+
 Exit status 0 when run (a flagged deviation is a result, not an error; see ``flagged`` in the
-output), 2 on bad input.
+output), 2 on bad input, 3 when your work raised (the GPU restored).
 """
 
 from __future__ import annotations
@@ -42,8 +52,13 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """The ``ecal run`` arguments (the parser itself is made by ``ecal.cli``)."""
     p.add_argument("plan", help="plan file naming its workload (e.g. demo/plan.json from ecal demo)")
     p.add_argument("--device", default="sim",
-                   help="sim: one simulated H200 per plan device (default); nvml:INDEX is not yet "
-                        "supported (issue 20)")
+                   help="sim: one simulated H200 per plan device (default); nvml:INDEX: a real "
+                        "GPU (with --workload; single-device plans)")
+    p.add_argument("--workload", default=None,
+                   help="the workload file the plan was made from (ecal plan WORKLOAD -o PLAN): "
+                        "its elements' work is what runs")
+    p.add_argument("--microbatches", type=int, default=None,
+                   help="with --workload: the same override ecal plan was given, if any")
     p.add_argument("--seed", type=int, default=0, help="simulator seed (default 0, as ecal demo)")
     p.add_argument("--target-rse", type=float, default=0.01,
                    help="repeat steps until the step energy's relative standard error is this")
@@ -53,13 +68,16 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
 
 
-def _check_device(device: str) -> None:
+def _check_device(device: str, workload: str | None) -> None:
     if device == "sim":
         return
     if device.startswith("nvml:"):
-        raise RunInputError(f"--device {device}: single-GPU real runs need the plan's work as "
-                            "callables, which work tables do not hold yet (issue 20); use --device sim")
-    raise RunInputError(f"--device {device!r}: use sim (simulated H200s)")
+        if workload is None:
+            raise RunInputError(f"--device {device}: a real run needs the plan's workload "
+                                "(--workload FILE, whose elements name their work); the demo's "
+                                "plans run on --device sim")
+        return
+    raise RunInputError(f"--device {device!r}: use sim (simulated H200s) or nvml:INDEX")
 
 
 def _path(base: Path, file: str, field: str, plan_file: str) -> Path:
@@ -150,18 +168,102 @@ def execute(plan_file: str | os.PathLike, *, seed: int = 0, target_rse: float = 
     return PlanComparison(main, runs, tuple(savings(main, r, n) for n, r in runs.items()))
 
 
+def _open_run_devices(names: list[str], spec: str, seed: int, nvml: Any = None) -> dict[str, Any]:
+    import measure
+    from measure.sim import SimulatedGPU
+
+    if spec == "sim":
+        out = {}
+        for d in names:
+            gpu = SimulatedGPU(seed=seed)
+            gpu.seed_point(f"run_plan/{d}")     # as measure.run_plan's own devices
+            out[d] = gpu
+        return out
+    if len(names) != 1:
+        raise RunInputError(f"--device {spec}: this plan spans {len(names)} devices "
+                            f"({', '.join(names)}); a real GPU runs single-device plans here; run a "
+                            "multi-GPU plan in your launcher with measure.PlanApplier.from_schedule")
+    return {names[0]: measure.open_device(spec, nvml=nvml)}
+
+
+def workload_table(wl: Any, gpus: Mapping[str, Any], workload_file: str) -> dict[str, tuple]:
+    """The work table of a workload's problem: each task runs its element's work
+    (:class:`measure.execute.CallableWork`; every option the same code, at its own ω).
+    Each element's work is resolved once (a factory called once, on the first device)."""
+    import measure
+    from measure.execute import CallableWork
+
+    first = next(iter(gpus.values()))
+    resolved: dict[str, Any] = {}
+    for el in dict.fromkeys(wl.task_elements.values()):
+        spec = wl.works.get(el)
+        if spec is None:
+            raise RunInputError(f"{workload_file}: elements.{el}: no work to run; add "
+                                '"work": "module:factory" (what ecal characterize measured)')
+        work = measure.load_work(spec, device=first).work
+        if isinstance(work, Mapping):
+            raise RunInputError(f"{workload_file}: elements.{el}: work {spec!r} gives one callable "
+                                "per implementation (kappa); name one implementation's work")
+        resolved[el] = CallableWork(work, el)
+    return {t.name: tuple(resolved[wl.task_elements[t.name]] for _ in t.options)
+            for t in wl.problem.tasks}
+
+
+def execute_workload(plan_file: str | os.PathLike, workload_file: str | os.PathLike, *,
+                     device: str = "sim", seed: int = 0, target_rse: float = 0.01,
+                     baselines: bool = True, microbatches: int | None = None,
+                     nvml: Any = None) -> Any:
+    """Run a plan ``ecal plan WORKLOAD -o PLAN`` wrote with its workload's own work (see the
+    module doc): an ``ExecutionResult``, or a ``PlanComparison`` against the all-top-clock
+    baseline. Devices are restored and closed whatever happens."""
+    from frontier.io import read_json
+    from measure.execute import PlanComparison, run_plan, savings
+    from measure.protocol import Protocol
+    from solvers.plan import Plan
+
+    from .demo import _all_max
+    from .workload import load_workload
+
+    file = os.fspath(plan_file)
+    if not Path(file).is_file():
+        raise FileNotFoundError(2, "no such file", file)
+    plan = Plan.from_dict(read_json(file), file)
+    wl = load_workload(workload_file, microbatches=microbatches)
+    problem = wl.problem
+    gpus = _open_run_devices(list(problem.index.devices), device, seed, nvml)
+    try:
+        table = workload_table(wl, gpus, os.fspath(workload_file))
+        proto = Protocol(target_rse=target_rse)
+        main = run_plan(plan, problem, table, seed=seed, protocol=proto, devices=gpus)
+        if not baselines:
+            return main
+        top = _all_max(problem, plan.deadline_s)
+        base = run_plan(top, problem, table, seed=seed, protocol=proto, devices=gpus)
+        return PlanComparison(main, {"all_max": base}, (savings(main, base, "all_max"),))
+    finally:
+        for g in gpus.values():
+            g.close()
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """``ecal run PLAN``: execute the plan on simulated H200s; print (and with ``-o`` write)
     prediction against measurement with Eq. 23, and measured savings against its baselines."""
     from .commands import UsageError, _finish, check_outputs
     from .output import Outputs
 
-    _check_device(args.device)
+    _check_device(args.device, args.workload)
     if not (args.target_rse > 0 and args.target_rse < 1):
         raise UsageError(f"--target-rse must be in (0, 1), got {args.target_rse:g}")
     check_outputs(args, "-o")
-    res = execute(args.plan, seed=args.seed, target_rse=args.target_rse,
-                  baselines=not args.no_baselines)
+    if args.workload is not None:
+        res = execute_workload(args.plan, args.workload, device=args.device, seed=args.seed,
+                               target_rse=args.target_rse, baselines=not args.no_baselines,
+                               microbatches=args.microbatches)
+    else:
+        if args.microbatches is not None:
+            raise UsageError("--microbatches applies with --workload")
+        res = execute(args.plan, seed=args.seed, target_rse=args.target_rse,
+                      baselines=not args.no_baselines)
     out = Outputs()
     if args.output:
         out.json(args.output, res.to_dict())

@@ -127,10 +127,19 @@ def cmd_frontier(args: argparse.Namespace) -> int:
     from frontier.pareto import pareto_frontier
 
     check_outputs(args, "-o", "--plot")
-    sigs = load_signatures(args.file)
     groups: dict[str, list] = defaultdict(list)
-    for key, sig in sigs.items():
-        groups[element_of(key)].append(sig)
+    from measure.store import is_store_path, read_signatures
+
+    if is_store_path(args.file):       # a results store: signatures by element, per GPU model
+        if not Path(args.file).exists():
+            raise FileNotFoundError(2, "no such file", args.file)
+        groups.update(read_signatures(args.file, gpu_model=getattr(args, "gpu_model", None)))
+        if not groups:
+            raise UsageError(f"{args.file}: no signatures"
+                             + (f" of GPU model {args.gpu_model!r}" if args.gpu_model else ""))
+    else:
+        for key, sig in load_signatures(args.file).items():
+            groups[element_of(key)].append(sig)
     if args.element is not None:
         if args.element not in groups:
             raise UsageError(f"{args.file}: no element {args.element!r} (has: {', '.join(sorted(groups))})")
@@ -154,11 +163,52 @@ def cmd_frontier(args: argparse.Namespace) -> int:
 
 # -- characterize ------------------------------------------------------------------------------
 
+#: The default grid on the simulated H200, as :func:`measure.grid.default_grid` derives it
+#: from the simulator's supported clocks and power-limit range (any device gets its own).
 DEFAULT_GRID = "sm_clock_mhz=1980:990:-90,power_limit_w=700,500"
 
 
+def _protocol_of(args: argparse.Namespace) -> Any:
+    """The measurement protocol the characterize options ask for (one-line errors naming them)."""
+    import measure
+
+    if not args.target_rse > 0:
+        raise UsageError(f"--target-rse must be > 0, got {args.target_rse:g}")
+    if not args.window_s > 0:
+        raise UsageError(f"--window-s must be > 0, got {args.window_s:g}")
+    for opt in ("warmup_s", "cooldown_s"):
+        if getattr(args, opt) < 0:
+            raise UsageError(f"--{opt.replace('_', '-')} must be >= 0, got {getattr(args, opt):g}")
+    if not 1 <= args.min_windows <= args.max_windows:
+        raise UsageError(f"need 1 <= --min-windows ({args.min_windows}) <= --max-windows "
+                         f"({args.max_windows})")
+    return measure.Protocol(window_s=args.window_s, warmup_s=args.warmup_s,
+                            cooldown_s=args.cooldown_s, min_windows=args.min_windows,
+                            max_windows=args.max_windows, target_rse=args.target_rse)
+
+
+def _results_paths(base: str | None, names: list[str]) -> list[str | None]:
+    """One results file per element: ``base`` itself for one work; ``R.<element>.jsonl`` (the
+    element's name made file-safe) beside ``base`` for several."""
+    import re
+
+    if base is None:
+        return [None] * len(names)
+    if len(names) == 1:
+        return [base]
+    root, dot, ext = base.rpartition(".") if "." in Path(base).name else (base, "", "")
+    paths = [f"{root}.{re.sub(r'[^A-Za-z0-9._-]+', '_', n)}{dot}{ext}" for n in names]
+    if len(set(paths)) < len(paths):
+        raise UsageError(f"--results {base}: elements {names} would share a results file; "
+                         "give them distinct --name values")
+    return paths
+
+
 def cmd_characterize(args: argparse.Namespace) -> int:
-    """``ecal characterize WORK``: signatures over a grid, the frontier, optional plot."""
+    """``ecal characterize WORK [WORK ...]``: signatures over a grid, the frontier, optional plot.
+
+    Several works are one campaign on one device: ready power is calibrated once per ω_dev
+    (:class:`measure.ReadyPowerCache`) and ``-o`` holds every element's signatures."""
     import measure
 
     if args.list:
@@ -167,36 +217,89 @@ def cmd_characterize(args: argparse.Namespace) -> int:
             print(f"{name:<28} {getattr(k, 'theta', '') or ''}")
         return 0
     check_outputs(args, "-o", "--plot")
-    if not args.target_rse > 0:
-        raise UsageError(f"--target-rse must be > 0, got {args.target_rse:g}")
+    protocol = _protocol_of(args)
+    specs = list(args.work)
+    if args.name is not None and len(args.name) != len(specs):
+        raise UsageError(f"--name given {len(args.name)} time(s) for {len(specs)} work(s): give one "
+                         "per work, in order")
+    for n in args.name or []:
+        if not n or "@" in n:
+            raise UsageError(f"--name {n!r}: an element name must be non-empty and have no '@'")
+    if args.plot and len(specs) > 1:
+        raise UsageError("--plot draws one element: characterize one work, or plot each from -o "
+                         "with `ecal frontier FILE --element NAME --plot ...`")
     if args.results:
         # appended to, never replaced; checked now so a bad path fails before any device work
         check_output_path(args.results, "--results")
     device = measure.open_device(args.device, read_only=args.read_only, seed=args.seed)
     try:
-        work = measure.resolve_work(args.work, device)
-        if callable(work) and ":" in args.work:
-            work = _reported(work, args.work)
         grid = args.grid
         if grid is None:
-            grid = "sm_count=132:4:-16" if args.read_only else DEFAULT_GRID
+            grid = measure.default_grid(device.operating_set(), read_only=args.read_only)
+        # a bad grid fails before the user's set-up code runs
+        measure.parse_grid(grid).validate(device.operating_set(), read_only=device.read_only)
+        loaded = []
+        for spec in specs:
+            try:
+                lw = measure.load_work(spec, device, factory=args.factory)
+            except measure.UserCodeError as exc:
+                raise WorkFailedError(spec) from exc.__cause__
+            work = lw.work
+            if ":" in spec:     # the user's own code: its exceptions are exit 3
+                from collections.abc import Mapping
+
+                work = ({k: _reported(w, spec) for k, w in work.items()}
+                        if isinstance(work, Mapping) else
+                        _reported(work, spec) if callable(work) else work)
+            loaded.append((spec, work, lw.name))
+        names = list(args.name) if args.name is not None else [n for _, _, n in loaded]
+        for n in names:
+            if not n or "@" in n:
+                raise UsageError(f"element name {n!r} must be non-empty and have no '@': give --name")
+        if len(set(names)) < len(names):
+            raise UsageError(f"two works are named alike ({', '.join(names)}): give each a --name")
+        results_paths = _results_paths(args.results, names)
+        for rp in results_paths if len(results_paths) > 1 and args.results else ():
+            check_output_path(rp, "--results")
         progress = None if args.json else survive_broken_pipe(measure.print_progress)
-        res = measure.characterize(work, device=device, grid=grid, results_path=args.results,
-                                   protocol=measure.Protocol(target_rse=args.target_rse),
-                                   progress=progress)
+        cache = measure.ReadyPowerCache()
+        results = [measure.characterize(work, device=device, grid=grid, results_path=rp,
+                                        protocol=protocol, progress=progress, name=name,
+                                        ready_cache=cache)
+                   for (_, work, _), name, rp in zip(loaded, names, results_paths)]
+        res = results[0]
         where = "simulated H200" if res.simulated else str(res.meta.get("device", args.device))
         out = Outputs()
         if args.output:
-            out.custom(args.output, lambda tmp: res.save(tmp))
+            out.custom(args.output, lambda tmp: measure.save_characterizations(tmp, results))
         if args.plot:
             from frontier.plot import plot_frontier
 
             out.figure(args.plot, plot_frontier(list(res.signatures),
                                                 title=f"{res.element} on {where}: achievable set and frontier"))
-        head = (f"{res.element} on {where}: {len(res.signatures)} point(s) measured, "
-                f"{len(res.frontier_signatures())} on the (T, E) frontier")
-        return _finish(args, out, res.to_dict,
-                       lambda: head if res.frontier is None else f"{head}\n{res.frontier.to_table()}")
+
+        def text() -> str:
+            parts = []
+            for r in results:
+                head = (f"{r.element} on {where}: {len(r.signatures)} point(s) measured, "
+                        f"{len(r.frontier_signatures())} on the (T, E) frontier")
+                parts.append(head if r.frontier is None else f"{head}\n{r.frontier.to_table()}")
+            if len(results) > 1:
+                parts.append(f"ready power: {cache.calibrations} calibration(s) "
+                             f"({cache.calibration_time_s:.1f} s of device time), reused "
+                             f"{cache.reuses} time(s) across {len(results)} elements")
+            return "\n".join(parts)
+
+        def doc() -> Any:
+            if len(results) == 1:
+                return res.to_dict()
+            return {"format": "energy-calculus/characterization-campaign",
+                    "elements": [r.to_dict() for r in results],
+                    "ready_power": {"calibrations": cache.calibrations, "reuses": cache.reuses,
+                                    "calibration_time_s": cache.calibration_time_s,
+                                    "values_w": cache.values()}}
+
+        return _finish(args, out, doc, text)
     finally:
         device.close()      # releases the GPU's lock now, not in a finalizer a Ctrl-C can hit
 
@@ -230,10 +333,11 @@ def _reported(work: Any, spec: str) -> Any:
 def cmd_import(args: argparse.Namespace) -> int:
     """``ecal import KIND PATH -o OUT``: published measurements → a signature file."""
     from frontier.io import save_signatures
-    from measure import replay
+    from measure import replay, zeus
 
     loaders = {"h200": replay.load_h200, "nv-dvfs": replay.load_nvdvfs,
                "zeus-trace": replay.load_zeus_trace, "zeus-log": replay.load_zeus_profile,
+               "zeus-monitor": zeus.load_zeus_monitor_log, "zeus-plo": zeus.load_zeus_plo_profile,
                "perseus": replay.load_perseus}
     check_outputs(args, "-o")
     if not Path(args.path).exists():
@@ -289,11 +393,33 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def cmd_campaign(args: argparse.Namespace) -> int:
+    """``ecal campaign FILE``: many elements on many GPUs into one store (:mod:`ecal.cmd_campaign`)."""
+    from .cmd_campaign import cmd_campaign as run
+
+    return run(args)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """``ecal export KIND PLAN -o OUT`` (see :mod:`ecal.cmd_export`)."""
+    from .cmd_export import cmd_export as export
+
+    return export(args)
+
+
 # -- plan / pareto -----------------------------------------------------------------------------
 
 def _load_workload(args: argparse.Namespace):
-    """A Problem from a Perseus CSV (1F1B with the CLI's pipeline options) or a JSON problem."""
-    from solvers.io import load_problem
+    """A Problem from a Perseus CSV (1F1B with the CLI's pipeline options), a workload file
+    (``ecal.workload/1``, :mod:`ecal.workload`) or a JSON problem."""
+    return _read_workload(args)[0]
+
+
+def _read_workload(args: argparse.Namespace):
+    """(Problem, :class:`ecal.workload.Workload` or None) of ``args.workload``: dispatches on
+    the file: ``.csv`` is a Perseus profile, JSON on its ``format`` / ``schema_version``."""
+    from frontier.io import read_json
+    from solvers.io import load_problem, problem_from_dict
     from solvers.model import ConstantTransition
 
     if not Path(args.workload).exists():
@@ -301,17 +427,28 @@ def _load_workload(args: argparse.Namespace):
     trans = None
     if args.transition_time_s < 0 or args.transition_energy_j < 0:
         raise UsageError("--transition-time-s and --transition-energy-j must be >= 0")
-    if args.p2p_power_w < 0:
-        raise UsageError(f"--p2p-power-w must be >= 0, got {args.p2p_power_w:g}")
+    p2p = getattr(args, "p2p_power_w", None)
+    if p2p is not None and p2p < 0:
+        raise UsageError(f"--p2p-power-w must be >= 0, got {p2p:g}")
+    mb = getattr(args, "microbatches", None)
+    if mb is not None and mb < 1:
+        raise UsageError(f"--microbatches must be >= 1, got {mb}")
     if args.transition_time_s > 0 or args.transition_energy_j > 0:
         trans = ConstantTransition(args.transition_time_s, args.transition_energy_j)
     if args.workload.lower().endswith(".csv"):
-        if args.microbatches < 1:
-            raise UsageError(f"--microbatches must be >= 1, got {args.microbatches}")
-        return load_problem(args.workload, p2p_power_w=args.p2p_power_w,
-                            n_microbatches=args.microbatches, transitions=trans)
-    p = load_problem(args.workload)
-    return p.with_(transitions=trans) if trans is not None else p
+        return load_problem(args.workload, p2p_power_w=75.0 if p2p is None else p2p,
+                            n_microbatches=8 if mb is None else mb, transitions=trans), None
+    doc = read_json(args.workload)
+    from .workload import is_workload, load_workload
+
+    if is_workload(doc):
+        wl = load_workload(args.workload, microbatches=mb, idle_power_w=p2p, transitions=trans)
+        return wl.problem, wl
+    if isinstance(doc, dict) and "signatures" in doc and "schema_version" in doc and "tasks" not in doc:
+        raise UsageError(f"{args.workload}: is a signature file, not a workload: name it in a workload "
+                         "file (\"format\": \"ecal.workload/1\", see docs/workload.md) and plan that")
+    p = problem_from_dict(doc, args.workload)
+    return (p.with_(transitions=trans) if trans is not None else p), None
 
 
 def _parse_deadline(text: str) -> float | str:
@@ -340,7 +477,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     check_outputs(args, "-o", "--schedule", "--plot")
     deadline = _parse_deadline(args.deadline)
     _check_time_limit(args)
-    problem = _load_workload(args)
+    problem, workload = _read_workload(args)
     if problem.n_tasks > 500 and not args.json:
         # the fast method may spend seconds improving a large plan: say so before going quiet
         how = ""
@@ -357,7 +494,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.schedule:
         from .schedule import stage_schedule
 
-        out.json(args.schedule, stage_schedule(plan, problem))
+        wl_info = {} if workload is None else {"ranks": workload.ranks, "simulated": workload.simulated,
+                                                "ready_power_w": workload.ready_power_w}
+        out.json(args.schedule, stage_schedule(plan, problem, **wl_info))
     if args.plot:
         from solvers.plot import plot_timeline
 

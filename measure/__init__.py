@@ -20,8 +20,12 @@
   step windows), Eq. 23 per device and step; :func:`run_with_baselines` — measured savings.
 * :class:`PlanApplier` — apply per-element operating points around their execution;
   :func:`measure_transitions` — settle-time probe → a measured ``TransitionTable``.
-* :func:`open_device` — ``"sim"``, ``"sim:h200"``, ``"nvml:0"``; :func:`resolve_work` — a
-  simulated preset name or ``module:function``.
+* :func:`open_device` — ``"sim"``, ``"sim:h200"``, ``"nvml:0"``; :func:`resolve_work` /
+  :func:`load_work` — a simulated preset name or ``module:attribute`` (a work, or a factory
+  called once that returns it), imported from the working directory.
+* :func:`default_grid` — a device's default grid from its own supported clocks and power
+  limits; :class:`ReadyPowerCache` — one ready-power calibration per (device, ω_dev) shared
+  by a campaign's sweeps.
 * :mod:`measure.calibration` — the simulator against the H200 data (table).
 
 ``ecal characterize`` in four calls::
@@ -35,8 +39,9 @@
 Imports ``frontier``, never ``solvers``.
 """
 
+from .adaptive import AdaptiveResult, SkippedPoint, characterize_adaptive
 from .apply import PlanApplier
-from .characterize import CharacterizationResult, characterize
+from .characterize import CharacterizationResult, characterize, save_characterizations
 from .device import (
     Device,
     DeviceError,
@@ -60,8 +65,8 @@ from .execute import (
     run_with_baselines,
     savings,
 )
-from .factory import open_device, resolve_work
-from .grid import Grid, GridError, parse_grid
+from .factory import ResolvedWork, UserCodeError, load_work, open_device, resolve_work
+from .grid import Grid, GridError, default_grid, parse_grid
 from .locks import LockedError
 from .nvml import GpuLostError, NVMLDevice, RestoreFailedError, cuda_index_for
 from .protocol import NAIVE_5S, Protocol, measure_point, measure_ready_power_w
@@ -75,17 +80,19 @@ from .replay import (
 )
 from .results_log import ResultsMismatchError
 from .sim import H200, PRESETS, SimKernel, SimSpec, SimulatedGPU, list_presets, preset
-from .sweep import Progress, SweepResult, print_progress, sweep
+from .sweep import Progress, ReadyPowerCache, SweepResult, print_progress, sweep
 from .transitions import measure_transitions, settle_time_s
 
 __all__ = [
+    "characterize_adaptive", "AdaptiveResult", "SkippedPoint",
     "Device", "DeviceError", "PermissionDeniedError", "UnsupportedSettingError", "ReadOnlyError",
     "FeatureUnavailableError", "OperatingSet", "restoring",
     "SimulatedGPU", "SimKernel", "SimSpec", "H200", "PRESETS", "preset", "list_presets",
     "NVMLDevice", "GpuLostError", "RestoreFailedError", "LockedError", "cuda_index_for",
     "Protocol", "NAIVE_5S", "measure_point", "measure_ready_power_w",
-    "Grid", "GridError", "parse_grid", "sweep", "SweepResult", "Progress", "print_progress",
-    "characterize", "CharacterizationResult", "PlanApplier", "open_device", "resolve_work",
+    "Grid", "GridError", "parse_grid", "default_grid", "sweep", "ReadyPowerCache", "SweepResult", "Progress", "print_progress",
+    "characterize", "CharacterizationResult", "save_characterizations", "PlanApplier",
+    "open_device", "resolve_work", "load_work", "ResolvedWork", "UserCodeError",
     "measure_transitions", "settle_time_s", "ResultsMismatchError",
     "run_plan", "run_with_baselines", "savings", "pipeline_work", "predict_devices", "TaskWork",
     "TaskRun", "ExecutionResult", "PlanComparison", "Savings", "ExecutionError",

@@ -11,12 +11,51 @@
 ...         gpu.run(preset("copy_2GiB"), 100)
 >>> ap.transitions, gpu.get_operating_point() == gpu.operating_set().default
 (2, True)
+
+In a training loop, build it from the ``schedule.json`` that ``ecal plan --schedule`` writes
+(format ``ecal.schedule/1``, see :mod:`ecal.schedule`)::
+
+    applier = PlanApplier.from_schedule("schedule.json", rank=pp_rank, device="nvml:0")
+    with applier:
+        for step in range(steps):
+            for instruction, mb in my_1f1b_order(pp_rank):
+                with applier.element(task_name(pp_rank, instruction, mb)):
+                    forward_or_backward(instruction, mb)
+
+**Task names.** A pipeline schedule names its tasks ``s{stage}/{instruction}/{microbatch}``
+(``s0/forward/3``, ``s2/backward/0``; zero-based), and an interleaved schedule
+``s{stage}v{chunk}/{instruction}/{microbatch}`` (``s1v0/forward/2``), ``instruction`` being
+``forward`` or ``backward``; :func:`task_name` builds them. Any other plan names its tasks as
+its problem file does; :attr:`PlanApplier.omegas` lists them.
+
+**What happens at** ``element(name)``. When the task's operating point differs from the one
+in force, the hook (1) synchronizes (``synchronize``: by default ``torch.cuda.synchronize``
+when torch sees a GPU, so the new clock does not land on the previous task's kernels still
+queued — Zeus's pipeline-frequency optimizer does the same), then (2) hands only the knobs
+that change (SM clock, memory clock, power limit; the SM allocation travels with each
+element) to a single helper thread, which applies the switches in order through the device's
+own (journalled, signal-shielded) setter. The training thread does not wait for NVML: the
+new clock lands a little after the task starts, as with Zeus. An error in the helper thread
+is raised on the training thread at the next ``element`` or on exit. A clean exit first lets
+the helper apply what is still queued; on an exception or a terminating signal the queue is
+dropped (a setter in flight finishes first). Either way the device is then restored (:func:`measure.device.restoring`). ``asynchronous=False`` applies switches
+inline instead (the default on simulated devices, whose virtual clock is not thread-safe).
+
+**Iterations and switches.** ``switches_made`` counts changes of ω_dev (device-wide knobs);
+``switches_per_iteration`` lists them per completed iteration. An iteration ends at
+:meth:`PlanApplier.step` or, automatically, when ``iteration_start`` (from a schedule: the
+rank's first task) begins again; the last one closes on exit. The first iteration also holds
+the switch away from the settings found on entry; from the second on, the counts equal the
+schedule's ``device_info[...]["switches_per_iteration"]`` of a steady-state plan.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+import os
+import queue
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +63,32 @@ from frontier.operating_point import OperatingPoint
 
 from .device import Device, restoring
 from .protocol import measure_ready_power_w, wait_for_tick
+
+#: The schedule format :meth:`PlanApplier.from_schedule` reads (written by ``ecal.schedule``).
+SCHEDULE_FORMAT = "ecal.schedule/1"
+_KNOBS = ("sm_clock_mhz", "mem_clock_mhz", "power_limit_w", "sm_count")
+_AUTO = "auto"
+
+
+def task_name(stage: int, instruction: str, microbatch: int, chunk: int | None = None) -> str:
+    """The schedule's name of a pipeline task: ``s{stage}/{instruction}/{microbatch}``, or
+    ``s{stage}v{chunk}/...`` for virtual stage ``chunk`` of an interleaved schedule."""
+    if instruction not in ("forward", "backward"):
+        raise ValueError(f"instruction must be 'forward' or 'backward', got {instruction!r}")
+    head = f"s{int(stage)}" + (f"v{int(chunk)}" if chunk is not None else "")
+    return f"{head}/{instruction}/{int(microbatch)}"
+
+
+def default_synchronize() -> Callable[[], None] | None:
+    """``torch.cuda.synchronize`` when torch is importable and sees a GPU, else ``None``."""
+    try:
+        import torch  # optional
+    except ImportError:
+        return None
+    try:
+        return torch.cuda.synchronize if torch.cuda.is_available() else None
+    except Exception:  # noqa: BLE001 - a broken CUDA setup: nothing to synchronize with
+        return None
 
 
 @dataclass(frozen=True)
@@ -38,17 +103,185 @@ class ElementRun:
     switched: bool
 
 
+@dataclass(frozen=True)
+class RankSchedule:
+    """One rank's part of an ``ecal.schedule/1`` file: its device name, its tasks in execution
+    order with their operating points, and what the file says about the device."""
+
+    device: str
+    tasks: tuple[str, ...]
+    omegas: Mapping[str, OperatingPoint]
+    ready_power_w: float | None = None
+    switches_per_iteration: int | None = None
+    steady_state: bool = False
+
+
+def read_schedule(path: str | os.PathLike, rank: int | str) -> RankSchedule:
+    """Read rank ``rank``'s tasks from an ``ecal.schedule/1`` file.
+
+    ``rank`` is an integer rank or a device name. An integer maps through the file's
+    ``"ranks"`` list (device of rank 0, 1, ...) when present; else to the device
+    ``stage{rank}`` when there is one, else to the ``rank``-th device in file order. The
+    optional keys (``steady_state``, ``ranks``, ``device_info``) may be absent. Errors are
+    :class:`frontier.errors.FormatError` naming the file and the field.
+    """
+    from frontier.errors import FormatError
+    from frontier.io import read_json
+
+    p = str(path)
+    doc = read_json(path)
+    if not isinstance(doc, Mapping) or doc.get("format") != SCHEDULE_FORMAT:
+        got = doc.get("format") if isinstance(doc, Mapping) else type(doc).__name__
+        raise FormatError(p, "format", f"expected {SCHEDULE_FORMAT!r}, got {got!r}")
+    devices = doc.get("devices")
+    if not isinstance(devices, Mapping) or not devices:
+        raise FormatError(p, "devices", "expected a non-empty object of device -> task list")
+    names = list(devices)
+    if isinstance(rank, str):
+        dev = rank
+    else:
+        ranks = doc.get("ranks")
+        if ranks is not None:
+            if not isinstance(ranks, list) or not all(isinstance(r, str) for r in ranks):
+                raise FormatError(p, "ranks", "expected a list of device names")
+            if not 0 <= int(rank) < len(ranks):
+                raise FormatError(p, "ranks", f"rank {rank} out of range: the file lists "
+                                              f"{len(ranks)} rank(s)")
+            dev = ranks[int(rank)]
+        elif f"stage{int(rank)}" in devices:
+            dev = f"stage{int(rank)}"
+        elif 0 <= int(rank) < len(names):
+            dev = names[int(rank)]
+        else:
+            raise FormatError(p, "devices", f"rank {rank} out of range: {len(names)} device(s)")
+    if dev not in devices:
+        raise FormatError(p, "devices", f"no device {dev!r}; devices: {names}")
+    entries = devices[dev]
+    if not isinstance(entries, list) or not entries:
+        raise FormatError(p, f"devices.{dev}", "expected a non-empty list of tasks")
+    tasks: list[str] = []
+    omegas: dict[str, OperatingPoint] = {}
+    for i, e in enumerate(entries):
+        where = f"devices.{dev}[{i}]"
+        if not isinstance(e, Mapping) or not isinstance(e.get("task"), str):
+            raise FormatError(p, where, "expected an object with a 'task' name")
+        knobs: dict[str, Any] = {}
+        for k in _KNOBS:
+            v = e.get(k)
+            if v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise FormatError(p, f"{where}.{k}", f"expected a positive number, got {v!r}")
+            knobs[k] = int(v) if k == "sm_count" else float(v)
+        if e["task"] in omegas:
+            raise FormatError(p, f"{where}.task", f"task {e['task']!r} appears twice")
+        tasks.append(e["task"])
+        omegas[e["task"]] = OperatingPoint(**knobs)
+    info = doc.get("device_info") or {}
+    if not isinstance(info, Mapping):
+        raise FormatError(p, "device_info", "expected an object of device -> info")
+    mine = info.get(dev) or {}
+    ready = mine.get("ready_power_w") if isinstance(mine, Mapping) else None
+    spi = mine.get("switches_per_iteration") if isinstance(mine, Mapping) else None
+    if ready is not None and (isinstance(ready, bool) or not isinstance(ready, (int, float))
+                              or not ready > 0):
+        raise FormatError(p, f"device_info.{dev}.ready_power_w", f"expected W > 0, got {ready!r}")
+    return RankSchedule(dev, tuple(tasks), omegas, None if ready is None else float(ready),
+                        None if spi is None else int(spi), bool(doc.get("steady_state", False)))
+
+
+class _Switcher:
+    """A single helper thread that applies operating points in order (one queue), so the
+    training thread never waits on the device's setter. The first error is kept for the
+    training thread; later switches are then skipped (the device's state is in doubt)."""
+
+    def __init__(self, device: Device, lock: threading.RLock):
+        self.device = device
+        self.lock = lock
+        self.error: BaseException | None = None
+        self.closing = False
+        self.applied = 0
+        self._q: queue.SimpleQueue[OperatingPoint | None] = queue.SimpleQueue()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._pending = 0
+        self._count_lock = threading.Lock()
+        self._thread = threading.Thread(target=self._loop, name="ecal-plan-applier", daemon=True)
+        self._thread.start()
+
+    def submit(self, op: OperatingPoint) -> None:
+        with self._count_lock:
+            self._pending += 1
+            self._idle.clear()
+        self._q.put(op)
+
+    def _loop(self) -> None:
+        while True:
+            op = self._q.get()
+            if op is None:
+                return
+            try:
+                with self.lock:
+                    if not self.closing and self.error is None:
+                        self.device.set_operating_point(op)
+                        self.applied += 1
+            except BaseException as exc:  # noqa: BLE001 - handed to the training thread
+                self.error = exc
+            finally:
+                with self._count_lock:
+                    self._pending -= 1
+                    if self._pending == 0:
+                        self._idle.set()
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Block until every submitted switch was applied (or skipped); False on timeout."""
+        return self._idle.wait(timeout_s)
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """Skip what is still queued, let a setter in flight finish, end the thread (it ends
+        by itself even when this wait is interrupted: the stop mark is queued first)."""
+        self.closing = True
+        self._q.put(None)
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
+
+
+class _StopThenRestore:
+    """What :func:`restoring` restores: stop the helper thread first (a setter in flight
+    finishes, nothing queued runs after), then the device's own restore."""
+
+    def __init__(self, applier: PlanApplier):
+        self._applier = applier
+        self.name = applier.device.name
+
+    def restore(self) -> None:
+        ap = self._applier
+        if ap._switcher is not None:
+            ap._switcher.closing = True
+        with ap._device_lock:
+            ap.device.restore()
+
+
 class PlanApplier:
     """Apply ``omegas`` (element name → operating point) around each element's execution.
 
     Use as a context manager; inside, wrap each element's work in ``with applier.element(name)``.
     The device's operating point is changed only when the element's differs from the one in
-    force (``transitions`` counts changes of ω_dev). The whole block is one tick-aligned
-    energy window (``total_energy_j``, ``total_time_s``); the device is restored on exit.
+    force, and only the knobs that differ are set (``transitions`` counts changes of ω_dev,
+    ``setter_calls`` the device setter calls). The whole block is one tick-aligned energy
+    window (``total_energy_j``, ``total_time_s``); the device is restored on exit.
+
+    ``ready_power_w``: the ready power charged for the closing tick wait; when ``None`` it is
+    calibrated on entry (seconds of device time). ``synchronize``: called before each switch
+    (``"auto"``: :func:`default_synchronize`; ``None``: never). ``asynchronous``: switches go
+    to a helper thread (default: on every device that is not simulated). ``iteration_start``:
+    the element that begins an iteration (for ``switches_per_iteration``; see module doc).
     """
 
     def __init__(self, device: Device, omegas: Mapping[str, OperatingPoint],
-                 ready_power_w: float | None = None, per_element_energy: bool = False):
+                 ready_power_w: float | None = None, per_element_energy: bool = False, *,
+                 synchronize: Callable[[], Any] | None | str = _AUTO,
+                 asynchronous: bool | None = None, iteration_start: str | None = None):
         self.device = device
         self.omegas = dict(omegas)
         for name, op in self.omegas.items():
@@ -58,42 +291,153 @@ class PlanApplier:
 
                 raise ReadOnlyError(f"plan element {name!r} needs {op.dev.label()} but "
                                     f"{device.name} is read-only")
+        if iteration_start is not None and iteration_start not in self.omegas:
+            raise KeyError(f"iteration_start {iteration_start!r} is not in the plan")
         self.ready_power_w = ready_power_w
         self.per_element_energy = per_element_energy
+        self.synchronize: Callable[[], Any] | None = (
+            default_synchronize() if synchronize == _AUTO else synchronize)  # type: ignore[assignment]
+        self.asynchronous = (not device.simulated) if asynchronous is None else bool(asynchronous)
+        self.iteration_start = iteration_start
         self.runs: list[ElementRun] = []
         self.transitions = 0
+        self.setter_calls = 0
+        self.switches_per_iteration: list[int] = []
         self.total_time_s: float | None = None
         self.total_energy_j: float | None = None
+        self.schedule: RankSchedule | None = None
         self._current: OperatingPoint | None = None
         self._stack = contextlib.ExitStack()
         self._t0 = self._e0 = 0.0
+        self._iter_switches = 0
+        self._iter_elements = 0
+        self._device_lock = threading.RLock()
+        self._switcher: _Switcher | None = None
+        self._owned_device = False
 
+    @classmethod
+    def from_schedule(cls, path: str | os.PathLike, rank: int | str = 0,
+                      device: Device | str | None = None, *,
+                      ready_power_w: float | None = None, nvml: Any = None,
+                      **kwargs: Any) -> PlanApplier:
+        """An applier for rank ``rank``'s tasks of the ``ecal.schedule/1`` file ``path``
+        (:func:`read_schedule`), on ``device``: a :class:`Device`, a spec string (``"sim"``,
+        ``"nvml:0"``; opened here and closed on exit) or ``None`` for ``nvml:$LOCAL_RANK``
+        (0 when unset). The ready power is ``ready_power_w``, else the file's
+        ``device_info[device]["ready_power_w"]``; only when neither is there is it
+        calibrated on entry. ``iteration_start`` defaults to the rank's first task; other
+        keyword arguments go to the constructor."""
+        sched = read_schedule(path, rank)
+        owned = not isinstance(device, Device)
+        if owned:
+            from .factory import open_device
+
+            spec = device if device is not None else f"nvml:{int(os.environ.get('LOCAL_RANK', 0))}"
+            dev = open_device(str(spec), nvml=nvml)
+        else:
+            dev = device  # type: ignore[assignment]
+        kwargs.setdefault("iteration_start", sched.tasks[0])
+        try:
+            ap = cls(dev, sched.omegas, ready_power_w if ready_power_w is not None
+                     else sched.ready_power_w, **kwargs)
+        except BaseException:
+            if owned:
+                dev.close()
+            raise
+        ap.schedule = sched
+        ap._owned_device = owned
+        return ap
+
+    # -- context ---------------------------------------------------------------------------
     def __enter__(self) -> PlanApplier:
-        self._stack.enter_context(restoring(self.device))
-        if self.ready_power_w is None:
-            self.ready_power_w = measure_ready_power_w(self.device)
-        self._current = self.device.get_operating_point()
-        self._t0, self._e0 = wait_for_tick(self.device)
+        if self._owned_device:
+            self._stack.callback(self.device.close)
+        self._stack.enter_context(restoring(_StopThenRestore(self)))  # type: ignore[arg-type]
+        try:
+            if self.ready_power_w is None:
+                self.ready_power_w = measure_ready_power_w(self.device)
+            self._current = self.device.get_operating_point()
+            self._t0, self._e0 = wait_for_tick(self.device)
+            if self.asynchronous:
+                self._switcher = _Switcher(self.device, self._device_lock)
+        except BaseException:
+            self._stack.close()
+            raise
         return self
 
-    def __exit__(self, exc_type: Any, *rest: Any) -> None:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        worker_error: BaseException | None = None
+        sw = self._switcher
         try:
-            if exc_type is None:
+            try:
+                if sw is not None and exc_type is None:
+                    sw.wait()     # a clean exit applies what is queued (its errors show)
+            finally:
+                # Even when a (deferred) signal interrupts the wait: the thread must end.
+                if sw is not None:
+                    sw.stop()
+                    worker_error = sw.error
+            self._close_iteration()
+            if exc_type is None and worker_error is None:
                 t_end = self.device.time_s()
                 # Back to the settings whose ready power was measured before waiting for the
                 # closing tick: the tail is then charged at the right power.
-                self.device.restore()
+                with self._device_lock:
+                    self.device.restore()
                 t_b, e_b = wait_for_tick(self.device)
                 self.total_time_s = t_end - self._t0
                 self.total_energy_j = (e_b - self._e0) - (self.ready_power_w or 0.0) * (t_b - t_end)
         finally:
-            self._stack.close()
+            # restoring() sees the body's exception: a failed restore is noted on it, never
+            # put in its place.
+            self._stack.__exit__(exc_type, exc, tb)
+        if worker_error is not None and worker_error is not exc:
+            if exc is not None:
+                from .device import _add_note
+
+                _add_note(exc, f"the plan applier's helper thread also failed: "
+                               f"{type(worker_error).__name__}: {worker_error}")
+            else:
+                raise worker_error
+
+    # -- the hook ----------------------------------------------------------------------------
+    def _raise_worker_error(self) -> None:
+        sw = self._switcher
+        if sw is not None and sw.error is not None:
+            err = sw.error
+            raise err
+
+    @property
+    def switches_made(self) -> int:
+        """Changes of ω_dev made so far (the same as ``transitions``)."""
+        return self.transitions
+
+    def step(self) -> None:
+        """Mark the end of an iteration: its switch count goes to ``switches_per_iteration``
+        (nothing happens when no element ran since the last mark)."""
+        self._close_iteration()
+
+    def _close_iteration(self) -> None:
+        if self._iter_elements:
+            self.switches_per_iteration.append(self._iter_switches)
+        self._iter_switches = self._iter_elements = 0
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Block until every switch handed to the helper thread was applied (True), or until
+        ``timeout_s`` passed (False); raises the helper's error. Immediate when inline."""
+        ok = self._switcher.wait(timeout_s) if self._switcher is not None else True
+        self._raise_worker_error()
+        return ok
 
     @contextlib.contextmanager
     def element(self, name: str) -> Iterator[ElementRun | None]:
-        """Run the body under element ``name``'s operating point."""
+        """Run the body under element ``name``'s operating point (see module doc)."""
+        self._raise_worker_error()
         if name not in self.omegas:
-            raise KeyError(f"element {name!r} is not in the plan; planned: {sorted(self.omegas)}")
+            raise KeyError(f"element {name!r} is not in the plan; planned: "
+                           f"{sorted(self.omegas)[:12]}{' ...' if len(self.omegas) > 12 else ''}")
+        if name == self.iteration_start:
+            self._close_iteration()
         op = self.omegas[name]
         switched = False
         cur = self._current or OperatingPoint()
@@ -103,10 +447,25 @@ class PlanApplier:
             op.power_limit_w if op.power_limit_w is not None else cur.power_limit_w,
             op.sm_count)
         if want != cur:
-            self.device.set_operating_point(op)
+            # Only the knobs that change; the SM allocation is per element and always given.
+            delta = OperatingPoint(
+                want.sm_clock_mhz if want.sm_clock_mhz != cur.sm_clock_mhz else None,
+                want.mem_clock_mhz if want.mem_clock_mhz != cur.mem_clock_mhz else None,
+                want.power_limit_w if want.power_limit_w != cur.power_limit_w else None,
+                want.sm_count)
             switched = want.dev != cur.dev
+            if switched and self.synchronize is not None:
+                self.synchronize()        # the new clock must not land on queued kernels
+            if self._switcher is not None:
+                self._switcher.submit(delta)
+            else:
+                with self._device_lock:
+                    self.device.set_operating_point(delta)
+            self.setter_calls += 1
             self.transitions += int(switched)
+            self._iter_switches += int(switched)
             self._current = want
+        self._iter_elements += 1
         e0 = self.device.energy_j() if self.per_element_energy else None
         t0 = self.device.time_s()
         yield None
@@ -124,3 +483,4 @@ class PlanApplier:
             if r.energy_j is not None:
                 d["energy_j"] += r.energy_j
         return out
+

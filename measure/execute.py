@@ -1,10 +1,14 @@
-"""Hold a plan against execution: run its DAG on simulated GPUs, measure it, test Eq. 23.
+"""Hold a plan against execution: run its DAG on devices, measure it, test Eq. 23.
 
 A plan (``solvers.plan.Plan``) is a prediction composed from characterized signatures. This
-module runs it: one :class:`~measure.sim.SimulatedGPU` per plan device, each task as the
-kernels it stands for (a :class:`TaskWork`: streams started together through
-``run_parallel``) at the task's planned ω_dev, in the plan's per-device order and after its
-predecessors (cross-device edges included). A device waiting for a dependency idles at ready
+module runs it: by default one :class:`~measure.sim.SimulatedGPU` per plan device, or the
+devices given (a real GPU through :class:`~measure.nvml.NVMLDevice`). Each task runs as the
+work it stands for — a :class:`TaskWork` (simulated kernel streams started together through
+``run_parallel``, for co-runs at an SM split) or a :class:`CallableWork` (the user's own step,
+through ``Device.run``) — at the task's planned ω_dev, in the plan's per-device order and
+after its predecessors (cross-device edges included). A steady-state plan
+(``problem.steady_state``) runs its steps back to back: each device's switch from its last
+task to its first is made, and measured, inside the step. A device waiting for a dependency idles at ready
 power, as the plan's idle energy assumes; a change of ω_dev costs the simulator's own switch
 latency. Every device holds the step until the makespan (the iteration boundary).
 
@@ -22,7 +26,8 @@ to the device (shared measurements and the makespan's critical path counted as i
 
 Imports ``frontier`` and ``measure`` only: plans and problems are read by their attributes
 (``plan.tasks``, ``problem.tasks``, ``problem.index``), never by importing ``solvers``.
-Every number here is simulated when the devices are (``simulated`` in every output).
+Every number here is simulated when the devices are (``simulated`` in every output). A real
+device has no per-task ground truth: its tasks' ``true_energy_j`` is None.
 """
 
 from __future__ import annotations
@@ -98,8 +103,40 @@ class TaskWork:
         return [(k, 1, sm) for k, sm in self.streams]
 
 
-#: Task name → one :class:`TaskWork` per option of that task (aligned with the option list).
-WorkTable = Mapping[str, Sequence[TaskWork]]
+@dataclass(frozen=True)
+class CallableWork:
+    """What one task runs on any device: ``work`` (a zero-argument callable — the step a
+    ``module:factory`` returns — or a simulated kernel), called once per step through
+    :meth:`measure.device.Device.run` (which synchronizes), on ``sm_count`` SMs when given.
+
+    This is how a plan runs on a real GPU (``ecal run PLAN --workload W --device nvml:N``):
+    every option of a task runs the same code; the executor sets the option's ω first.
+
+    >>> from measure.sim import preset
+    >>> CallableWork(preset("stage_forward"), "fwd").label()
+    'fwd'
+    """
+
+    work: Any
+    name: str = ""
+    sm_count: int | None = None
+
+    def __post_init__(self) -> None:
+        if not (callable(self.work) or isinstance(self.work, SimKernel)):
+            raise ExecutionError(f"CallableWork: {self.work!r} is neither callable nor a kernel")
+        if self.sm_count is not None and (not isinstance(self.sm_count, int)
+                                          or isinstance(self.sm_count, bool) or self.sm_count < 1):
+            raise ExecutionError(f"CallableWork {self.name!r}: sm_count must be a positive int "
+                                 f"or None, got {self.sm_count!r}")
+
+    def label(self) -> str:
+        """The work's name (its element)."""
+        return self.name or str(getattr(self.work, "name", None) or getattr(self.work, "__name__", "work"))
+
+
+#: Task name → one :class:`TaskWork` (or :class:`CallableWork`) per option of that task
+#: (aligned with the option list).
+WorkTable = Mapping[str, Sequence[TaskWork | CallableWork]]
 
 _PIPELINE_TASK = re.compile(r"^s(\d+)/(forward|backward)/(\d+)$")
 
@@ -519,11 +556,12 @@ def predict_devices(plan: Any, problem: Any) -> dict[str, _Prediction]:
     start, end, mk = ix.schedule(choice)
     tau = ix.switch_tau(choice)
     opts = [problem.tasks[i].options[choice[i]] for i in range(ix.n)]
-    crit_counts: dict[str, float] = {}
-    # the problem's own critical-path walk (duck-typed: measure does not import solvers)
+    n = ix.n
+    crit = [False] * n
+    # the problem's own critical-path walk and delta method (duck-typed: measure does not
+    # import solvers): shared leaves are correlated exactly as in the plan's σ
     for i in ix.critical_chain(start, end, tau):
-        crit_counts[opts[i].key] = crit_counts.get(opts[i].key, 0.0) + 1.0
-    var = {o.key: (o.var_time_s2, o.var_d_j2) for o in opts}
+        crit[i] = True
     out = {}
     for d in ix.devices:
         seq = ix.dev_seq.get(d, [])
@@ -534,23 +572,18 @@ def predict_devices(plan: Any, problem: Any) -> dict[str, _Prediction]:
         for b in seq:
             if ix.extra[b] is not None:
                 extra += float(ix.extra[b][choice[ix.dev_prev[b]], choice[b]])
+            if ix.wrap_extra[b] is not None:             # a steady state's last -> first switch
+                extra += float(ix.wrap_extra[b][choice[ix.wrap_prev[b]], choice[b]])
         energy = (sum(opts[i].energy_j for i in seq) + pw * max(mk - busy - sw, 0.0)
                   + pw * sw + extra)
-        d_e_t = {k: pw * c for k, c in crit_counts.items()}
-        d_e_d: dict[str, float] = {}
-        for i in seq:
-            k = opts[i].key
-            d_e_t[k] = d_e_t.get(k, 0.0) + opts[i].s_w - pw
-            d_e_d[k] = d_e_d.get(k, 0.0) + 1.0
-        var_e = sum(d_e_t.get(k, 0.0) ** 2 * v[0] + d_e_d.get(k, 0.0) ** 2 * v[1]
-                    for k, v in var.items())
+        var_e = problem.plan_terms(choice, crit, devices=[d]).variances()[1]
         if seq:
             last = max(seq, key=lambda i: end[i])
             fin = float(end[last])
-            d_t: dict[str, float] = {}
+            chain = [False] * n
             for i in ix.critical_chain(start, end, tau, last):
-                d_t[opts[i].key] = d_t.get(opts[i].key, 0.0) + 1.0
-            var_t = sum(c * c * var[k][0] for k, c in d_t.items())
+                chain[i] = True
+            var_t = problem.plan_terms(choice, chain, devices=[]).variances()[0]
         else:
             fin, var_t = 0.0, 0.0
         out[d] = _Prediction(fin, math.sqrt(var_t), float(energy), math.sqrt(var_e))
@@ -569,7 +602,7 @@ class _Runner:
 
     problem: Any
     choice: list[int]
-    works: list[TaskWork]
+    works: list[TaskWork | CallableWork]
     gpus: Mapping[str, Device]
     ops: list[OperatingPoint]
 
@@ -607,7 +640,11 @@ class _Runner:
                 gpu.idle(wait)
             start = gpu.time_s() - origin[d]
             e0 = _true(gpu)
-            gpu.run_parallel(self.works[v].parallel_streams())
+            w = self.works[v]
+            if isinstance(w, CallableWork):
+                gpu.run(w.work, 1, w.sm_count)
+            else:
+                gpu.run_parallel(w.parallel_streams())
             end[v] = gpu.time_s() - origin[d]
             e1 = _true(gpu)
             finish[d] = end[v]
@@ -631,7 +668,7 @@ def _true(gpu: Device) -> float | None:
     return float(f()) if callable(f) else None
 
 
-def _works(problem: Any, choice: list[int], work: WorkTable) -> list[TaskWork]:
+def _works(problem: Any, choice: list[int], work: WorkTable) -> list[TaskWork | CallableWork]:
     out = []
     for i, t in enumerate(problem.tasks):
         ws = work.get(t.name) if isinstance(work, Mapping) else None
@@ -643,14 +680,16 @@ def _works(problem: Any, choice: list[int], work: WorkTable) -> list[TaskWork]:
             raise ExecutionError(f"task {t.name!r}: the work table has {len(ws)} entries for its "
                                  f"{len(t.options)} options")
         w = ws[choice[i]]
-        if not isinstance(w, TaskWork):
+        if not isinstance(w, (TaskWork, CallableWork)):
             raise ExecutionError(f"task {t.name!r} option {choice[i]} has no work (got {w!r})")
         out.append(w)
     return out
 
 
-def _open_devices(names: Sequence[str], seed: int, devices: Mapping[str, Device] | None
-                  ) -> dict[str, Device]:
+def _open_devices(names: Sequence[str], seed: int, devices: Mapping[str, Device] | None,
+                  co_runs: Sequence[str] = ()) -> dict[str, Device]:
+    """One simulated H200 per plan device, or the ``devices`` given; the devices in
+    ``co_runs`` (those with a :class:`TaskWork` to run) must co-run streams."""
     if devices is None:
         out: dict[str, Device] = {}
         for d in names:
@@ -661,15 +700,16 @@ def _open_devices(names: Sequence[str], seed: int, devices: Mapping[str, Device]
     missing = [d for d in names if d not in devices]
     if missing:
         raise ExecutionError(f"no device given for plan device(s) {missing}")
-    for d in names:
+    for d in co_runs:
         if not callable(getattr(devices[d], "run_parallel", None)):
             raise ExecutionError(f"device {d!r} ({devices[d].name}) cannot co-run streams "
-                                 "(run_parallel): plans execute on the simulator for now")
+                                 "(run_parallel), which its TaskWork co-runs need: give CallableWork "
+                                 "(one callable per task) for a real GPU")
     return {d: devices[d] for d in names}
 
 
 def _measured(name: str, times: Sequence[float], energies: Sequence[float]) -> Signature:
-    return Signature.from_runs(name, times, energies, s_w=0.0, meta={"simulated": True})
+    return Signature.from_runs(name, times, energies, s_w=0.0, meta={"source": "run_plan"})
 
 
 def _compare(name: str, pred: _Prediction, times: Sequence[float], energies: Sequence[float],
@@ -703,7 +743,8 @@ def run_plan(plan: Any, problem: Any, work: WorkTable, *, seed: int = 0,
     preds = predict_devices(plan, problem)
     ix = problem.index
     names = list(ix.devices)
-    gpus = _open_devices(names, seed, devices)
+    co_runs = sorted({ix.device[i] for i, w in enumerate(works) if isinstance(w, TaskWork)})
+    gpus = _open_devices(names, seed, devices, co_runs)
     ops = [problem.tasks[i].options[choice[i]].omega.dev for i in range(ix.n)]
     runner = _Runner(problem, choice, works, gpus, ops)
 
@@ -746,11 +787,16 @@ def _measure_steps(runner: _Runner, names: list[str], protocol: Protocol, warmup
         ready_w[d] = measure_ready_power_w(gpu, protocol)
     tick = protocol.window == "tick_aligned"
 
+    # A steady-state plan charges each device's switch from its last task back to its first
+    # (the step repeats): that switch is made inside the window, as the step's first. Any
+    # other plan charges no switch before a device's first task: it is made outside.
+    steady = bool(getattr(runner.problem, "steady_state", False))
+
     def start_window() -> tuple[dict[str, float], dict[str, float], dict[str, float | None]]:
         origin, e_start, t_start = {}, {}, {}
         for d, gpu in gpus.items():
-            # Outside the window: the plan charges no switch before a device's first task.
-            runner.set_op(gpu, runner.first_op(d))
+            if not steady:
+                runner.set_op(gpu, runner.first_op(d))
             if tick:
                 origin[d], e_start[d] = wait_for_tick(gpu, protocol.tick_timeout_s, protocol.poll_s)
             else:
@@ -761,7 +807,8 @@ def _measure_steps(runner: _Runner, names: list[str], protocol: Protocol, warmup
     for _ in range(warmup_steps):     # unmeasured steps: the devices warm up as in training
         origin = {}
         for d, g in gpus.items():
-            runner.set_op(g, runner.first_op(d))
+            if not steady:
+                runner.set_op(g, runner.first_op(d))
             origin[d] = g.time_s()
         _, mk, _ = runner.step(-1, origin)
         for d, g in gpus.items():

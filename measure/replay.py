@@ -13,6 +13,11 @@ loader                 file                                       static power s
 ``load_perseus``       Perseus profile CSV                        ``p2p_power_w`` (default 75 W)
 =====================  =========================================  ================================
 
+``load_zeus_profile`` reads only the power-limit optimizer's windows and sums the GPUs;
+:mod:`measure.zeus` reads ZeusMonitor logs of any window name (one element per window and
+GPU) and the optimizer's JSON profiles, and exports plans to Zeus's pipeline frequency
+optimizer.
+
 None of the Zeus or NV-DVFS tables records idle power, so their default s = 0 counts all
 energy as dynamic (E = d): fine for ⊗ and frontiers, but give the card's ready power when
 composing in parallel. The assumption is written into each signature's ``meta``.
@@ -142,7 +147,9 @@ def load_zeus_profile(path: str | os.PathLike, static_power_w: float = 0.0) -> S
         m = _LIMIT.search(r["window_name"])
         if not m:
             raise FormatError(str(p), f"line {r.line}, column window_name",
-                              f"no power limit suffix in {r['window_name']!r}")
+                              f"no power limit suffix in {r['window_name']!r} (windows of any "
+                              f"name, one element per GPU: `ecal import zeus-monitor`, "
+                              f"measure.zeus.load_zeus_monitor_log)")
         e = sum(_num(p, r, c) for c in gpu_cols)
         # A window logged again later is another run of it; the same window at the same
         # start time (or, without start times, an identical row) is a duplicate.

@@ -1,9 +1,29 @@
-"""Pipeline-parallel training iterations: the synchronous 1F1B schedule and Perseus profiles.
+"""Pipeline-parallel training iterations: 1F1B, GPipe and interleaved 1F1B schedules, and
+Perseus profiles.
 
-1F1B (PipeDream-Flush, as in Megatron-LM and Perseus): stage s runs ``min(S − s − 1, N)``
-warm-up forwards, then alternates one forward and one backward, then drains the remaining
-backwards. Dependencies: F(s, m) → F(s+1, m) (activations), B(s+1, m) → B(s, m) (gradients);
-the per-stage order above is the same-device order. One device per stage (``stage{s}``).
+Schedules (one device per pipeline rank, ``stage{s}``; the per-device order below is the
+same-device order of the :class:`~solvers.model.Problem`):
+
+- **1F1B** (PipeDream-Flush, as in Megatron-LM and Perseus): stage s runs
+  ``min(S − s − 1, M)`` warm-up forwards, then alternates one forward and one backward, then
+  drains the remaining backwards.
+- **GPipe** (``torch.distributed.pipelining.ScheduleGPipe``): every stage runs all M forwards,
+  then all M backwards, both in microbatch order 0 … M−1.
+- **Interleaved 1F1B** (Megatron-LM's virtual pipeline stages,
+  ``forward_backward_pipelining_with_interleaving``): the model is cut into S·v virtual stages
+  and rank r holds chunks c = 0 … v−1, i.e. virtual stages c·S + r. Forwards walk a table of
+  (microbatch, chunk) pairs made of groups of N consecutive microbatches (N =
+  ``group_size``, Megatron's ``microbatch_group_size_per_vp_stage``, default S): each group runs
+  on chunk 0, then chunk 1, … The k-th backward takes the k-th entry of the same table with the
+  chunk mirrored (v − 1 − c). Rank r runs ``min(2·(S − r − 1) + (v − 1)·N, M·v)`` warm-up
+  forwards, then forward k + warm-up followed by backward k, then the remaining backwards.
+  Megatron's constraints apply: v ≥ 2, S ≤ N ≤ M and ``M mod N`` is 0 or ≥ S.
+
+Dependencies are the data flow: a forward sends its activations to the next (virtual) stage,
+F(j, m) → F(j+1, m), and a backward sends its gradients to the previous one,
+B(j+1, m) → B(j, m); the last stage's backward follows its own forward on the same device.
+Task names are ``s{stage}/{forward|backward}/{microbatch}``, and for interleaved 1F1B
+``s{stage}v{chunk}/{forward|backward}/{microbatch}``.
 
 Perseus profiles (CSV ``stage,instruction,frequency,time,energy``; seconds, joules) give per
 (stage, instruction) the measured time and energy at each SM clock. Accounting choice, as in
@@ -12,10 +32,14 @@ so that power is each stage's idle power and every option's static power s, and 
 dynamic energy is d = E − s·T. With idle power = s the per-task effective energy is d, exactly
 Perseus' "energy − blocking power × time" cost, and the iteration energy at makespan M is
 ``S·P_block·M + Σ d``.
+
+Every builder takes ``steady_state``: the step repeats, so each device's switch from its last
+task back to its first is charged (passed to :meth:`Problem.build` when the model has it).
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -23,6 +47,8 @@ from typing import Any
 from .model import Option, Problem
 
 INSTRUCTIONS = ("forward", "backward")
+#: The schedules :func:`pipeline` builds.
+SCHEDULES = ("1f1b", "gpipe", "interleaved-1f1b")
 
 
 def stage_order(stage: int, n_stages: int, n_microbatches: int) -> list[tuple[str, int]]:
@@ -36,15 +62,184 @@ def stage_order(stage: int, n_stages: int, n_microbatches: int) -> list[tuple[st
     return out
 
 
-def task_name(stage: int, instruction: str, microbatch: int) -> str:
-    """Name of a 1F1B task, e.g. ``s0/forward/3``."""
-    return f"s{stage}/{instruction}/{microbatch}"
+def gpipe_order(stage: int, n_stages: int, n_microbatches: int) -> list[tuple[str, int]]:
+    """The GPipe order of one stage: every forward, then every backward, in microbatch order
+    (the same on every stage; ``stage`` and ``n_stages`` are checked only)."""
+    _check_shape(n_stages, n_microbatches, stage)
+    return [("forward", m) for m in range(n_microbatches)] + [("backward", m) for m in range(n_microbatches)]
+
+
+def interleaved_table(n_microbatches: int, n_chunks: int, group_size: int) -> list[tuple[int, int]]:
+    """Megatron-LM's schedule table: the (microbatch, chunk) of each forward slot. Groups of
+    ``group_size`` consecutive microbatches run through chunk 0, then chunk 1, …; the last
+    group takes whatever microbatches are left."""
+    out: list[tuple[int, int]] = []
+    for lo in range(0, n_microbatches, group_size):
+        hi = min(lo + group_size, n_microbatches)
+        out += [(m, c) for c in range(n_chunks) for m in range(lo, hi)]
+    return out
+
+
+def check_interleaved(n_stages: int, n_microbatches: int, n_chunks: int,
+                      group_size: int | None = None) -> int:
+    """Validate an interleaved 1F1B shape as Megatron-LM does; returns the group size N.
+    Raises ValueError with a one-line reason."""
+    _check_shape(n_stages, n_microbatches)
+    if isinstance(n_chunks, bool) or not isinstance(n_chunks, int) or n_chunks < 2:
+        raise ValueError(f"interleaved 1F1B needs >= 2 chunks per stage, got {n_chunks!r} "
+                         "(one chunk is plain 1F1B)")
+    n = n_stages if group_size is None else group_size
+    if isinstance(n, bool) or not isinstance(n, int) or not n_stages <= n <= n_microbatches:
+        raise ValueError(f"interleaved 1F1B: group size {n!r} must be an integer in "
+                         f"[stages={n_stages}, microbatches={n_microbatches}]")
+    rest = n_microbatches % n
+    if 0 < rest < n_stages:
+        raise ValueError(f"interleaved 1F1B: microbatches mod group size = {rest} must be 0 or "
+                         f">= stages ({n_stages}); the last group would wait on dependencies")
+    return n
+
+
+def interleaved_order(stage: int, n_stages: int, n_microbatches: int, n_chunks: int,
+                      group_size: int | None = None) -> list[tuple[str, int, int]]:
+    """The interleaved 1F1B order of one rank as (instruction, chunk, microbatch) triples
+    (Megatron-LM's order; see the module docstring)."""
+    n = check_interleaved(n_stages, n_microbatches, n_chunks, group_size)
+    _check_shape(n_stages, n_microbatches, stage)
+    table = interleaved_table(n_microbatches, n_chunks, n)
+    total = len(table)
+    warm = min(2 * (n_stages - stage - 1) + (n_chunks - 1) * n, total)
+
+    def fwd(k: int) -> tuple[str, int, int]:
+        m, c = table[k]
+        return ("forward", c, m)
+
+    def bwd(k: int) -> tuple[str, int, int]:
+        m, c = table[k]
+        return ("backward", n_chunks - 1 - c, m)
+
+    out = [fwd(k) for k in range(warm)]
+    for k in range(total - warm):
+        out.append(fwd(k + warm))
+        out.append(bwd(k))
+    out += [bwd(k) for k in range(total - warm, total)]
+    return out
+
+
+def task_name(stage: int, instruction: str, microbatch: int, chunk: int | None = None) -> str:
+    """Name of a pipeline task: ``s0/forward/3``, or with a chunk (interleaved) ``s0v1/forward/3``."""
+    where = f"s{stage}" if chunk is None else f"s{stage}v{chunk}"
+    return f"{where}/{instruction}/{microbatch}"
+
+
+def device_name(stage: int) -> str:
+    """The device (pipeline rank) of stage ``stage``: ``stage{s}``."""
+    return f"stage{stage}"
+
+
+def _check_shape(n_stages: int, n_microbatches: int, stage: int | None = None) -> None:
+    for what, v in (("stages", n_stages), ("microbatches", n_microbatches)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"a pipeline needs an integer >= 1 of {what}, got {v!r}")
+    if stage is not None and not 0 <= stage < n_stages:
+        raise ValueError(f"stage {stage!r} is not in 0..{n_stages - 1}")
+
+
+def pipeline_layout(schedule: str, n_stages: int, n_microbatches: int, n_chunks: int = 1,
+                    group_size: int | None = None
+                    ) -> tuple[dict[int, list[tuple[str, int, str, int]]], list[tuple[str, str]]]:
+    """The tasks and dependencies of one iteration of ``schedule`` (one of :data:`SCHEDULES`):
+    per stage, its tasks in execution order as (task name, chunk, instruction, microbatch),
+    and the data-flow edges (before, after). Chunk is 0 outside interleaved 1F1B."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown pipeline schedule {schedule!r}; known: {', '.join(SCHEDULES)}")
+    _check_shape(n_stages, n_microbatches)
+    S, M = n_stages, n_microbatches
+    order: dict[int, list[tuple[str, int, str, int]]] = {}
+    edges: list[tuple[str, str]] = []
+    if schedule == "interleaved-1f1b":
+        v = n_chunks
+        check_interleaved(S, M, v, group_size)
+        for s in range(S):
+            order[s] = [(task_name(s, i, m, c), c, i, m)
+                        for i, c, m in interleaved_order(s, S, M, v, group_size)]
+        # virtual stage j = c·S + r; data flows j -> j+1 forward and j+1 -> j backward
+        for j in range(S * v - 1):
+            (c0, r0), (c1, r1) = divmod(j, S), divmod(j + 1, S)
+            for m in range(M):
+                edges.append((task_name(r0, "forward", m, c0), task_name(r1, "forward", m, c1)))
+                edges.append((task_name(r1, "backward", m, c1), task_name(r0, "backward", m, c0)))
+        return order, edges
+    if n_chunks != 1:
+        raise ValueError(f"{schedule} has one chunk per stage, got {n_chunks!r} (use interleaved-1f1b)")
+    per = stage_order if schedule == "1f1b" else gpipe_order
+    for s in range(S):
+        order[s] = [(task_name(s, i, m), 0, i, m) for i, m in per(s, S, M)]
+    for s in range(S - 1):
+        for m in range(M):
+            edges.append((task_name(s, "forward", m), task_name(s + 1, "forward", m)))
+            edges.append((task_name(s + 1, "backward", m), task_name(s, "backward", m)))
+    return order, edges
+
+
+def pipeline(schedule: str, n_stages: int, n_microbatches: int,
+             options: Mapping[Any, Sequence[Any]] | Callable[..., Sequence[Any]], *,
+             n_chunks: int = 1, group_size: int | None = None,
+             idle_power_w: float | Mapping[str, float] = 75.0, transitions: Any = None,
+             name: str | None = None, steady_state: bool = False) -> Problem:
+    """The iteration DAG of ``schedule`` (``"1f1b"``, ``"gpipe"`` or ``"interleaved-1f1b"``).
+
+    ``options`` gives the options of (stage, instruction) — for interleaved 1F1B of
+    (stage, chunk, instruction) — as a mapping or a function of those arguments; every
+    microbatch shares them (and their measurement keys, so their errors count as shared).
+    ``idle_power_w``: one number for every stage or per device. ``steady_state``: the
+    iteration repeats (each device's wrap-around switch is charged).
+    """
+    order, edges = pipeline_layout(schedule, n_stages, n_microbatches, n_chunks, group_size)
+    chunked = schedule == "interleaved-1f1b"
+    if callable(options):
+        get = options
+    else:
+        def get(*k: Any) -> Sequence[Any]:
+            return options[k]
+    tasks = []
+    for s in range(n_stages):
+        opts: dict[tuple[int, str], list[Any]] = {}
+        for c in range(n_chunks if chunked else 1):
+            for inst in INSTRUCTIONS:
+                args = (s, c, inst) if chunked else (s, inst)
+                try:
+                    raw = list(get(*args))
+                except KeyError:
+                    what = f"stage {s} chunk {c} {inst}" if chunked else f"stage {s} {inst}"
+                    raise ValueError(f"{schedule}: no options for {what}") from None
+                prefix = f"s{s}v{c}" if chunked else f"s{s}"
+                opts[(c, inst)] = [o if isinstance(o, Option) else _keyed(o, prefix, inst, j)
+                                   for j, o in enumerate(raw)]
+        for nm, c, inst, _m in order[s]:
+            tasks.append((nm, device_name(s), opts[(c, inst)]))
+    if isinstance(idle_power_w, Mapping):
+        idle = dict(idle_power_w)
+    else:
+        idle = {device_name(s): float(idle_power_w) for s in range(n_stages)}
+    shape = f"{n_stages}x{n_microbatches}" + (f"x{n_chunks}" if chunked else "")
+    return build_problem(tasks, edges, idle, transitions, name or f"{schedule}-{shape}", steady_state)
+
+
+def build_problem(tasks: Sequence[tuple[str, str, Sequence[Any]]], edges: Sequence[tuple[str, str]],
+                  idle_power_w: Mapping[str, float], transitions: Any, name: str,
+                  steady_state: bool = False) -> Problem:
+    """:meth:`Problem.build`, passing ``steady_state`` only when asked for and the model knows
+    it (a model without it builds the one-iteration problem; ``problem.steady_state`` is then
+    absent, which readers take as False)."""
+    if steady_state and "steady_state" in inspect.signature(Problem.build).parameters:
+        return Problem.build(tasks, edges, idle_power_w, transitions, name, steady_state=True)
+    return Problem.build(tasks, edges, idle_power_w, transitions, name)
 
 
 def one_f_one_b(n_stages: int, n_microbatches: int,
                 options: Mapping[tuple[int, str], Sequence[Any]] | Callable[[int, str], Sequence[Any]],
                 idle_power_w: float | Mapping[str, float] = 75.0, transitions: Any = None,
-                name: str | None = None) -> Problem:
+                name: str | None = None, steady_state: bool = False) -> Problem:
     """Build the 1F1B iteration DAG of ``n_stages`` × ``n_microbatches``.
 
     ``options`` gives the options of (stage, "forward"|"backward") (a mapping or a function);
@@ -53,35 +248,38 @@ def one_f_one_b(n_stages: int, n_microbatches: int,
     """
     if n_stages < 1 or n_microbatches < 1:
         raise ValueError(f"1F1B needs >= 1 stage and microbatch, got {n_stages} x {n_microbatches}")
-    get = options if callable(options) else (lambda s, i: options[(s, i)])
-    tasks = []
-    for s in range(n_stages):
-        dev = f"stage{s}"
-        opts = {}
-        for inst in INSTRUCTIONS:
-            try:
-                raw = list(get(s, inst))
-            except KeyError:
-                raise ValueError(f"1F1B: no options for stage {s} {inst}") from None
-            opts[inst] = [o if isinstance(o, Option) else _keyed(o, s, inst, j) for j, o in enumerate(raw)]
-        for inst, m in stage_order(s, n_stages, n_microbatches):
-            tasks.append((task_name(s, inst, m), dev, opts[inst]))
-    edges = []
-    for s in range(n_stages - 1):
-        for m in range(n_microbatches):
-            edges.append((task_name(s, "forward", m), task_name(s + 1, "forward", m)))
-            edges.append((task_name(s + 1, "backward", m), task_name(s, "backward", m)))
-    if isinstance(idle_power_w, Mapping):
-        idle = dict(idle_power_w)
-    else:
-        idle = {f"stage{s}": float(idle_power_w) for s in range(n_stages)}
-    return Problem.build(tasks, edges, idle, transitions, name or f"1f1b-{n_stages}x{n_microbatches}")
+    return pipeline("1f1b", n_stages, n_microbatches, options, idle_power_w=idle_power_w,
+                    transitions=transitions, name=name or f"1f1b-{n_stages}x{n_microbatches}",
+                    steady_state=steady_state)
 
 
-def _keyed(o: Any, stage: int, inst: str, j: int) -> Any:
+def gpipe(n_stages: int, n_microbatches: int,
+          options: Mapping[tuple[int, str], Sequence[Any]] | Callable[[int, str], Sequence[Any]],
+          idle_power_w: float | Mapping[str, float] = 75.0, transitions: Any = None,
+          name: str | None = None, steady_state: bool = False) -> Problem:
+    """Build the GPipe iteration DAG (all forwards, then all backwards on every stage);
+    arguments as :func:`one_f_one_b`."""
+    return pipeline("gpipe", n_stages, n_microbatches, options, idle_power_w=idle_power_w,
+                    transitions=transitions, name=name, steady_state=steady_state)
+
+
+def interleaved_1f1b(n_stages: int, n_microbatches: int, n_chunks: int,
+                     options: Mapping[tuple[int, int, str], Sequence[Any]] | Callable[[int, int, str], Sequence[Any]],
+                     idle_power_w: float | Mapping[str, float] = 75.0, transitions: Any = None,
+                     name: str | None = None, group_size: int | None = None,
+                     steady_state: bool = False) -> Problem:
+    """Build Megatron-LM's interleaved 1F1B iteration DAG: ``n_chunks`` model chunks per
+    stage; ``options`` of (stage, chunk, instruction); ``group_size`` N as Megatron's
+    ``microbatch_group_size_per_vp_stage`` (default: ``n_stages``)."""
+    return pipeline("interleaved-1f1b", n_stages, n_microbatches, options, n_chunks=n_chunks,
+                    group_size=group_size, idle_power_w=idle_power_w, transitions=transitions,
+                    name=name, steady_state=steady_state)
+
+
+def _keyed(o: Any, prefix: str, inst: str, j: int) -> Any:
     """Give a plain option a measurement key shared by all microbatches of (stage, inst)."""
     if isinstance(o, Mapping) and "key" not in o:
-        return {**o, "key": f"s{stage}/{inst}#{j}"}
+        return {**o, "key": f"{prefix}/{inst}#{j}"}
     return o
 
 

@@ -131,6 +131,43 @@ def test_switch_latency_charged_only_when_omega_dev_changes(demo):
     assert sum(len(v) for v in res.switches_s.values()) == plan.n_switches
 
 
+def test_a_steady_state_plan_pays_the_wrap_switch_inside_each_step(demo):
+    """A steady-state plan charges each device's last -> first switch (the step repeats):
+    the executor makes it inside the measured window, as the step's first switch, so the
+    switches per step equal the plan's count (wrap included) and the first task of a device
+    whose first and last ω differ pays the simulator's latency."""
+    r, work = demo
+    steady = r.problem.with_(steady_state=True)
+    p = r.problem
+    choice, k = [], 0
+    for t in p.tasks:            # stage1 alternates, with first and last task on different ω
+        if t.device == "stage1":
+            choice.append(k % 2)
+            k += 1
+        else:
+            choice.append(0)
+    plan = make_plan(steady, choice, steady.deadline_s("2x"), method="test: wrap",
+                     lower_bound_j=0.0, wall_s=0.0)
+    ix = steady.index
+    seq = ix.dev_seq["stage1"]
+    first, last = seq[0], seq[-1]
+    assert choice[first] != choice[last]
+    counts = ix.switch_counts(choice)
+    assert counts["stage1"] == plan.n_switches
+    res = run_plan(plan, steady, work, seed=1)
+    per_step: dict[int, int] = {}
+    for t in res.tasks:
+        per_step[t.step] = per_step.get(t.step, 0) + int(t.switch_s > 0)
+        if ix.pos[t.name] == first:
+            assert t.switch_s > 0.002          # the wrap switch, paid in the window
+    assert set(per_step.values()) == {plan.n_switches}
+    # and the same plan without steady state pays no switch before the first task
+    plain = make_plan(p, choice, p.deadline_s("2x"), method="test", lower_bound_j=0.0, wall_s=0.0)
+    assert plain.n_switches == plan.n_switches - 1
+    res0 = run_plan(plain, p, work, seed=1)
+    assert all(t.switch_s == 0.0 for t in res0.tasks if ix.pos[t.name] == first)
+
+
 def test_energy_is_the_sum_of_the_counters(executed):
     res = executed
     per_step: dict[int, float] = {}
@@ -166,6 +203,43 @@ def test_one_device_prediction_sigma_is_the_plans():
     assert pred.energy_j == pytest.approx(plan.energy_j)
     assert pred.sd_energy_j == pytest.approx(plan.sd_energy_j, rel=1e-12)
     assert pred.sd_time_s == pytest.approx(plan.sd_makespan_s, rel=1e-12)
+
+
+def test_device_sigma_counts_a_leaf_shared_by_composed_options_once():
+    """Options a ⊕ send and b ⊕ send share the send leaf: on one device its error is counted
+    with the summed sensitivity (k² var), as the plan and frontier.dag count it, not as two
+    independent options (issue 19: 4.24 J, not 3.16 J)."""
+    from frontier.compose import par
+    from frontier.signature import Signature
+    from solvers.model import Option
+
+    a = Signature("a", s_w=100.0, time_s=1.0, d_j=50.0, var_time_s2=1e-6, var_energy_j2=4.0)
+    b = Signature("b", s_w=100.0, time_s=1.0, d_j=50.0, var_time_s2=1e-6, var_energy_j2=4.0)
+    send = Signature("send", s_w=100.0, time_s=0.5, d_j=10.0, var_time_s2=1e-6, var_energy_j2=9.0)
+    opts_a = [Option.from_signature(par(a, send))]
+    opts_b = [Option.from_signature(par(b, send))]
+    p = Problem.build([("ta", "g", opts_a), ("tb", "g", opts_b)], idle_power_w={"g": 100.0})
+    plan = make_plan(p, [0, 0], 10.0, method="t", lower_bound_j=0.0, wall_s=0.0)
+    (pred,) = predict_devices(plan, p).values()
+    assert pred.sd_energy_j == pytest.approx(plan.sd_energy_j, rel=1e-12)
+    # send twice, correlated: sqrt(4 + 4 + 2² * 9) = 6.63 J, not sqrt(4 + 4 + 9 + 9) = 5.10 J
+    assert pred.sd_energy_j == pytest.approx(math.sqrt(4 + 4 + 4 * 9), rel=1e-3)  # + T terms
+
+
+def test_per_device_sigma_is_the_plans_delta_method_on_that_device(demo):
+    r, _work = demo
+    p, plan = r.problem, r.plan
+    ix = p.index
+    choice = [t.option for t in plan.tasks]
+    start, end, _mk = ix.schedule(choice)
+    crit = [False] * ix.n
+    for i in ix.critical_chain(start, end, ix.switch_tau(choice)):
+        crit[i] = True
+    preds = predict_devices(plan, p)
+    for d, pred in preds.items():
+        want = math.sqrt(p.plan_terms(choice, crit, devices=[d]).variances()[1])
+        assert pred.sd_energy_j == pytest.approx(want, rel=1e-12), d
+        assert pred.sd_energy_j > 0
 
 
 def test_deterministic_for_a_seed(demo, executed):

@@ -159,9 +159,9 @@ def _kernels(r):
     return _stage_kernels(r.config), measure.PRESETS["p2p_send"]
 
 
-def test_real_device_is_refused_for_now(demo, capsys):
+def test_a_real_device_needs_the_workload(demo, capsys):
     _, d = demo
-    one_line_error(capsys, run_cli(str(d / "plan.json"), "--device", "nvml:0"), "issue 20")
+    one_line_error(capsys, run_cli(str(d / "plan.json"), "--device", "nvml:0"), "--workload")
     one_line_error(capsys, run_cli(str(d / "plan.json"), "--device", "tpu"), "sim")
 
 

@@ -1,0 +1,607 @@
+"""Workload files: which elements a training step runs, where their signatures are, and the
+shape of the step (``"format": "ecal.workload/1"``). ``ecal plan`` and ``ecal pareto`` read
+them directly; see docs/workload.md for the full description. Example::
+
+    {"format": "ecal.workload/1",
+     "name": "my-4-stage-step",
+     "elements": {"fwd": {"source": "fwd.json", "element": "stage_forward"},
+                  "bwd": "bwd.json"},
+     "shape": {"kind": "1f1b", "stages": 4, "microbatches": 8,
+               "forward": "fwd", "backward": "bwd"},
+     "idle_power_w": 75.0,
+     "transitions": {"constant": {"time_s": 0.002, "energy_j": 0.0}},
+     "steady_state": true}
+
+Top-level keys:
+
+- ``format`` (required) ``"ecal.workload/1"``; ``name`` (optional label).
+- ``elements`` (required): name → ``{"source": PATH, "element": NAME, "kappa": K,
+  "gpu_model": G}`` or just ``PATH`` (the file then holds exactly one element). ``source`` is a
+  file ``ecal characterize -o`` or ``ecal import`` writes (a signature file), the JSON that
+  ``ecal characterize --json`` prints (``energy-calculus/characterization``), a workbook's
+  ``signatures``, or a results store ending in ``.sqlite``/``.db`` (read with
+  ``measure.store.read_signatures``; ``gpu_model`` selects a GPU there). ``element`` is the
+  element's name in that file (default: the entry's name when the file has it, else the only
+  element). ``kappa`` keeps only that implementation. Every signature of the element becomes
+  one option (operating point) of the tasks that run it. ``work`` (optional) is the code the
+  element runs, as ``ecal characterize`` takes it (``module:factory`` or a simulated preset):
+  ``ecal run PLAN --workload FILE`` executes the plan with it (default: the element's name
+  when that is a simulated preset).
+- ``shape`` (required), by ``kind``:
+
+  - ``"1f1b"`` and ``"gpipe"``: ``stages`` S, ``microbatches`` M, ``forward`` and
+    ``backward``: one element name for every stage, or a list of S names;
+  - ``"interleaved-1f1b"``: as above plus ``chunks`` v (≥ 2) and optional ``group_size`` N
+    (Megatron-LM's ``microbatch_group_size_per_vp_stage``, default S); ``forward`` /
+    ``backward``: a name, a list of S entries, each a name or a list of v names (per chunk);
+  - ``"chain"``: ``tasks`` (element names or ``{"name", "element"}``) run in order on
+    ``device`` (default ``"gpu0"``);
+  - ``"dag"``: ``tasks`` (``{"name", "element", "device"}``, listed in each device's order)
+    and ``edges`` (``[before, after]`` pairs of task names).
+
+  Pipeline devices are ``stage0`` … ``stage{S-1}`` (rank r runs ``stage{r}``); task names are
+  ``s{stage}/{forward|backward}/{microbatch}`` (interleaved: ``s{stage}v{chunk}/…``).
+- ``idle_power_w``: the power a device draws while it waits (e.g. Perseus' P2P-blocking power),
+  one number for every device or an object per device; required unless every device has it
+  under ``devices``.
+- ``transitions``: the cost of switching ω_dev on every device: ``{"constant": {"time_s",
+  "energy_j"}}``, a transition table (``frontier.transition.TransitionTable.to_dict``) inline
+  or ``{"file": PATH}`` to one. Absent: switching is free.
+- ``devices``: per device ``{"idle_power_w": W, "transitions": RULE}`` overriding the above.
+- ``steady_state``: the step repeats, so each device's switch from its last task back to its
+  first is charged (default true for pipeline shapes, false for chain and dag).
+- ``ranks``: the device of rank 0, 1, … (default for pipelines: ``stage0`` …; none otherwise).
+
+Relative paths resolve against the workload file's folder. Bad input is a one-line
+:class:`~frontier.errors.FormatError` naming the file and the key: unknown keys, missing
+element files, an element not in its file, NaN or negative numbers, unknown element names in
+the shape.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from frontier.errors import EnergyCalculusError, FormatError
+from frontier.operating_point import OperatingPoint
+from frontier.signature import Signature
+
+WORKLOAD_FORMAT = "ecal.workload/1"
+CHARACTERIZATION_FORMAT = "energy-calculus/characterization"
+PIPELINE_KINDS = ("1f1b", "gpipe", "interleaved-1f1b")
+SHAPE_KINDS = PIPELINE_KINDS + ("chain", "dag")
+STORE_SUFFIXES = (".sqlite", ".db")
+
+_TOP_KEYS = ("format", "name", "elements", "shape", "idle_power_w", "transitions", "devices",
+             "steady_state", "ranks", "description")
+_ELEMENT_KEYS = ("source", "element", "kappa", "gpu_model", "work")
+_SHAPE_KEYS = {
+    "1f1b": ("kind", "stages", "microbatches", "forward", "backward"),
+    "gpipe": ("kind", "stages", "microbatches", "forward", "backward"),
+    "interleaved-1f1b": ("kind", "stages", "microbatches", "chunks", "group_size", "forward",
+                         "backward"),
+    "chain": ("kind", "tasks", "device"),
+    "dag": ("kind", "tasks", "edges"),
+}
+_DEVICE_KEYS = ("idle_power_w", "transitions")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A workload file, read: the planning problem it describes and what a schedule carries.
+
+    ``problem`` is the :class:`solvers.model.Problem`; ``steady_state`` what the file asked for
+    (the problem has it too when the model supports it); ``ranks`` the device of each rank
+    (None when the shape has no ranks); ``ready_power_w`` per device, the ready power recorded
+    with the signatures of that device's elements at its top operating point (None when none
+    was recorded); ``simulated`` whether any signature came from the simulated GPU.
+    """
+
+    name: str
+    file: str
+    kind: str
+    problem: Any
+    steady_state: bool
+    ranks: tuple[str, ...] | None = None
+    ready_power_w: Mapping[str, float | None] = field(default_factory=dict)
+    simulated: bool = False
+    #: task name → the workload element it runs (the entry's name under ``elements``)
+    task_elements: Mapping[str, str] = field(default_factory=dict)
+    #: element → the work it runs (``module:factory`` or a preset), when the file says or the
+    #: element's name in its source is a simulated preset
+    works: Mapping[str, str] = field(default_factory=dict)
+
+
+def is_workload(doc: Any) -> bool:
+    """Whether a parsed JSON document is a workload file."""
+    return isinstance(doc, Mapping) and doc.get("format") == WORKLOAD_FORMAT
+
+
+def load_workload(path: str | os.PathLike, *, microbatches: int | None = None,
+                  idle_power_w: float | None = None, transitions: Any = None) -> Workload:
+    """Read a workload file (format in the module docstring) into a :class:`Workload`.
+
+    ``microbatches`` overrides a pipeline shape's M; ``idle_power_w`` every device's idle
+    power; ``transitions`` (a rule with ``cost(frm, to)``) every device's switching cost.
+    """
+    from frontier.io import read_json
+
+    file = str(path)
+    return workload_from_dict(read_json(file), file, microbatches=microbatches,
+                              idle_power_w=idle_power_w, transitions=transitions)
+
+
+def workload_from_dict(doc: Any, file: str = "<workload>", *, base_dir: str | os.PathLike | None = None,
+                       microbatches: int | None = None, idle_power_w: float | None = None,
+                       transitions: Any = None) -> Workload:
+    """Build a :class:`Workload` from a parsed workload document; relative paths resolve
+    against ``base_dir`` (default: the folder of ``file``). Options as :func:`load_workload`."""
+    from solvers.model import ProblemError
+
+    r = _Reader(file, Path(base_dir) if base_dir is not None else Path(file).resolve().parent)
+    doc = r.obj("(top level)", doc)
+    if doc.get("format") != WORKLOAD_FORMAT:
+        raise FormatError(file, "format", f"expected {WORKLOAD_FORMAT!r}, got {doc.get('format')!r}")
+    r.unknown("", doc, _TOP_KEYS)
+    for k in ("elements", "shape"):
+        if k not in doc:
+            raise FormatError(file, k, "missing")
+    name = doc.get("name", Path(file).stem)
+    if not isinstance(name, str) or not name:
+        raise FormatError(file, "name", f"must be a non-empty string, got {name!r}")
+    specs = r.elements(doc["elements"])
+    shape = r.obj("shape", doc["shape"])
+    kind = shape.get("kind")
+    if kind not in SHAPE_KINDS:
+        raise FormatError(file, "shape.kind", f"must be one of {', '.join(SHAPE_KINDS)}, got {kind!r}")
+    r.unknown("shape", shape, _SHAPE_KEYS[kind])
+    pipeline = kind in PIPELINE_KINDS
+    steady = doc.get("steady_state", pipeline)
+    if not isinstance(steady, bool):
+        raise FormatError(file, "steady_state", f"must be true or false, got {steady!r}")
+    if microbatches is not None and not pipeline:
+        raise FormatError(file, "shape.kind", f"--microbatches applies to pipeline shapes, not {kind!r}")
+
+    if pipeline:
+        layout, uses, devices = r.pipeline_shape(kind, shape, microbatches)
+    else:
+        layout, uses, devices = r.graph_shape(kind, shape)
+    for el, where in uses.items():
+        if el not in specs:
+            raise FormatError(file, where, f"names element {el!r}, which is not in elements "
+                                           f"(has: {', '.join(sorted(specs)) or 'none'})")
+    options = {el: r.options(el, specs[el]) for el in uses}
+
+    idle, rules = r.devices(doc, devices, idle_power_w)
+    if transitions is not None:
+        rules = {d: transitions for d in devices}
+    ranks = r.ranks(doc.get("ranks"), devices, pipeline)
+    tasks = [(nm, dev, options[el]) for nm, dev, el in layout["tasks"]]
+    try:
+        from solvers.pipeline import build_problem
+
+        problem = build_problem(tasks, layout["edges"], idle, rules or None, name, steady)
+    except (ProblemError, EnergyCalculusError) as exc:
+        if isinstance(exc, FormatError):
+            raise
+        raise FormatError(file, "shape", str(exc)) from None
+    ready = {d: _top_ready_power([r.signatures_of(el) for el in layout["device_elements"][d]],
+                                 [r.file_ready_power(el) for el in layout["device_elements"][d]])
+             for d in devices}
+    simulated = any(bool(s.meta.get("simulated")) for el in uses for s in r.signatures_of(el))
+    task_elements = {nm: el for nm, _dev, el in layout["tasks"]}
+    works = {el: w for el in uses if (w := r.work_of(el)) is not None}
+    return Workload(name, file, kind, problem, steady, ranks, ready, simulated, task_elements, works)
+
+
+def _top_ready_power(sig_lists: Sequence[Sequence[Signature]],
+                     file_maps: Sequence[Mapping[str, float]]) -> float | None:
+    """Ready power at the top ω_dev (highest clocks and limit; an unset knob is the device's
+    own maximum) among the signatures that recorded one."""
+    seen: dict[OperatingPoint, float] = {}
+    for sigs, fmap in zip(sig_lists, file_maps):
+        for s in sigs:
+            dev = s.omega.dev
+            w = s.meta.get("ready_power_w")
+            if not _is_number(w):
+                w = fmap.get(dev.label())
+            if _is_number(w):
+                seen.setdefault(dev, float(w))
+    if not seen:
+        return None
+
+    def rank(op: OperatingPoint) -> tuple[float, ...]:
+        return tuple(math.inf if v is None else float(v)
+                     for v in (op.sm_clock_mhz, op.power_limit_w, op.mem_clock_mhz))
+
+    return seen[max(seen, key=rank)]
+
+
+def _is_number(v: Any) -> bool:
+    return (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            and v >= 0)
+
+
+def _got(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+@dataclass(frozen=True)
+class _ElementSpec:
+    key: str            # path in the workload file, e.g. elements.fwd
+    source: Path
+    element: str | None
+    kappa: str | None
+    gpu_model: str | None
+    given_name: str     # the entry's own name (default element name)
+
+
+class _Reader:
+    """Strict reading of one workload document: every error names the file and the key."""
+
+    def __init__(self, file: str, base: Path):
+        self.file = file
+        self.base = base
+        self._files: dict[tuple, tuple[dict[str, list[Signature]], dict[str, float]]] = {}
+        self._specs: dict[str, _ElementSpec] = {}
+        self._works: dict[str, str] = {}
+
+    # -- small checks ---------------------------------------------------------------------
+    def obj(self, path: str, v: Any) -> dict:
+        if not isinstance(v, dict):
+            raise FormatError(self.file, path, f"must be an object, got {_got(v)}")
+        return v
+
+    def unknown(self, path: str, d: Mapping, allowed: Sequence[str]) -> None:
+        extra = sorted(set(d) - set(allowed))
+        if extra:
+            raise FormatError(self.file, f"{path}.{extra[0]}" if path else extra[0],
+                              f"unknown key (known: {', '.join(sorted(allowed))})")
+
+    def integer(self, path: str, v: Any, minimum: int = 1) -> int:
+        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+            raise FormatError(self.file, path, f"must be an integer >= {minimum}, got {_got(v)}")
+        return v
+
+    def number(self, path: str, v: Any) -> float:
+        from frontier.io import number_field
+
+        return number_field(self.file, path, v)
+
+    def string(self, path: str, v: Any) -> str:
+        if not isinstance(v, str) or not v:
+            raise FormatError(self.file, path, f"must be a non-empty string, got {_got(v)}")
+        return v
+
+    # -- elements ---------------------------------------------------------------------------
+    def elements(self, v: Any) -> dict[str, _ElementSpec]:
+        d = self.obj("elements", v)
+        if not d:
+            raise FormatError(self.file, "elements", "must name at least one element")
+        for nm, spec in d.items():
+            path = f"elements.{nm}"
+            if isinstance(spec, str):
+                spec = {"source": spec}
+            spec = self.obj(path, spec)
+            self.unknown(path, spec, _ELEMENT_KEYS)
+            if "source" not in spec:
+                raise FormatError(self.file, f"{path}.source", "missing (the signature file of this element)")
+            src = Path(self.string(f"{path}.source", spec["source"]))
+            src = src if src.is_absolute() else self.base / src
+            if not src.is_file():
+                raise FormatError(self.file, f"{path}.source", f"{src}: no such file")
+            opt = {k: self.string(f"{path}.{k}", spec[k]) if spec.get(k) is not None else None
+                   for k in ("element", "kappa", "gpu_model", "work")}
+            if opt["work"] is not None:
+                self._works[nm] = opt["work"]
+            if opt["gpu_model"] is not None and not _is_store(src):
+                raise FormatError(self.file, f"{path}.gpu_model",
+                                  f"applies to results stores ({', '.join(STORE_SUFFIXES)}), not {src.name}")
+            self._specs[nm] = _ElementSpec(path, src, opt["element"], opt["kappa"], opt["gpu_model"], nm)
+        return dict(self._specs)
+
+    def _read_source(self, spec: _ElementSpec) -> tuple[dict[str, list[Signature]], dict[str, float]]:
+        """Signatures by element name in a source (read once per file and selection), and the
+        file's ready power by ω label (contract C: a characterization's meta)."""
+        key = (str(spec.source), spec.element if _is_store(spec.source) else None, spec.gpu_model)
+        if key in self._files:
+            return self._files[key]
+        file = str(spec.source)
+        ready: dict[str, float] = {}
+        if _is_store(spec.source):
+            try:
+                from measure.store import read_signatures
+            except ImportError:
+                raise FormatError(self.file, f"{spec.key}.source", f"{file}: reading a results store "
+                                  "needs measure.store, which this install does not have") from None
+            groups = {str(k): list(v) for k, v in
+                      read_signatures(file, element=spec.element, gpu_model=spec.gpu_model).items()}
+        else:
+            groups, ready = _read_signature_json(file)
+        self._files[key] = (groups, ready)
+        return groups, ready
+
+    def _resolve(self, el: str) -> tuple[str, list[Signature]]:
+        spec = self._specs[el]
+        groups, _ = self._read_source(spec)
+        if spec.element is not None:
+            name = spec.element
+            if name not in groups:
+                raise FormatError(self.file, f"{spec.key}.element", f"no element {name!r} in "
+                                  f"{spec.source} (has: {', '.join(sorted(groups)) or 'none'})")
+        elif spec.given_name in groups:
+            name = spec.given_name
+        elif len(groups) == 1:
+            name = next(iter(groups))
+        else:
+            raise FormatError(self.file, f"{spec.key}.element", f"{spec.source} holds "
+                              f"{len(groups)} elements ({', '.join(sorted(groups)) or 'none'}); say which")
+        sigs = groups[name]
+        if spec.kappa is not None:
+            sigs = [s for s in sigs if s.kappa == spec.kappa]
+            if not sigs:
+                kappas = sorted({str(s.kappa) for s in groups[name]})
+                raise FormatError(self.file, f"{spec.key}.kappa", f"element {name!r} in {spec.source} "
+                                  f"has no implementation {spec.kappa!r} (has: {', '.join(kappas)})")
+        if not sigs:
+            raise FormatError(self.file, spec.key, f"element {name!r} in {spec.source} has no signatures")
+        return name, sigs
+
+    def work_of(self, el: str) -> str | None:
+        """The work element ``el`` runs: its ``work`` key, else its name in its source when
+        that is a simulated preset (the bundled examples), else None."""
+        if el in self._works:
+            return self._works[el]
+        from measure.sim import PRESETS
+
+        name, _ = self._resolve(el)
+        return name if name in PRESETS else None
+
+    def signatures_of(self, el: str) -> list[Signature]:
+        return self._resolve(el)[1]
+
+    def file_ready_power(self, el: str) -> dict[str, float]:
+        return self._read_source(self._specs[el])[1]
+
+    def options(self, el: str, spec: _ElementSpec) -> list[Any]:
+        from solvers.model import Option
+
+        return [Option.from_signature(s) for s in self.signatures_of(el)]
+
+    # -- shapes -----------------------------------------------------------------------------
+    def _per_stage(self, path: str, v: Any, n_stages: int, n_chunks: int | None,
+                   uses: dict[str, str]) -> list[list[str]]:
+        """Element names per stage (and per chunk): a name, or a list per stage whose entries
+        are names or (interleaved) lists per chunk."""
+        chunks = n_chunks or 1
+        if isinstance(v, str):
+            uses.setdefault(v, path)
+            return [[v] * chunks for _ in range(n_stages)]
+        if not isinstance(v, list) or len(v) != n_stages:
+            raise FormatError(self.file, path, f"must be an element name or a list of {n_stages} "
+                                               f"(one per stage), got {_got(v)}")
+        out = []
+        for s, item in enumerate(v):
+            p = f"{path}[{s}]"
+            if isinstance(item, str):
+                uses.setdefault(item, p)
+                out.append([item] * chunks)
+            elif n_chunks is not None and isinstance(item, list) and len(item) == n_chunks:
+                row = []
+                for c, x in enumerate(item):
+                    row.append(self.string(f"{p}[{c}]", x))
+                    uses.setdefault(x, f"{p}[{c}]")
+                out.append(row)
+            else:
+                want = f"an element name or a list of {n_chunks} (one per chunk)" if n_chunks else "an element name"
+                raise FormatError(self.file, p, f"must be {want}, got {_got(item)}")
+        return out
+
+    def pipeline_shape(self, kind: str, shape: Mapping, microbatches: int | None):
+        from solvers import pipeline as pl
+
+        for k in ("stages", "microbatches", "forward", "backward") + (("chunks",) if kind == "interleaved-1f1b" else ()):
+            if k not in shape:
+                raise FormatError(self.file, f"shape.{k}", "missing")
+        S = self.integer("shape.stages", shape["stages"])
+        M = self.integer("shape.microbatches", shape["microbatches"])
+        if microbatches is not None:
+            M = microbatches
+        v = None
+        group = None
+        if kind == "interleaved-1f1b":
+            v = self.integer("shape.chunks", shape["chunks"], minimum=2)
+            if shape.get("group_size") is not None:
+                group = self.integer("shape.group_size", shape["group_size"])
+            try:
+                pl.check_interleaved(S, M, v, group)
+            except ValueError as exc:
+                raise FormatError(self.file, "shape", str(exc)) from None
+        uses: dict[str, str] = {}
+        per = {inst: self._per_stage(f"shape.{inst}", shape[inst], S, v, uses) for inst in pl.INSTRUCTIONS}
+        order, edges = pl.pipeline_layout(kind, S, M, v or 1, group)
+        tasks = []
+        dev_el: dict[str, list[str]] = {}
+        for s in range(S):
+            dev = pl.device_name(s)
+            dev_el[dev] = sorted({per[i][s][c] for i in pl.INSTRUCTIONS for c in range(v or 1)})
+            for nm, c, inst, _m in order[s]:
+                tasks.append((nm, dev, per[inst][s][c]))
+        devices = [pl.device_name(s) for s in range(S)]
+        return {"tasks": tasks, "edges": edges, "device_elements": dev_el}, uses, devices
+
+    def graph_shape(self, kind: str, shape: Mapping):
+        if "tasks" not in shape:
+            raise FormatError(self.file, "shape.tasks", "missing")
+        raw = shape["tasks"]
+        if not isinstance(raw, list) or not raw:
+            raise FormatError(self.file, "shape.tasks", f"must be a non-empty list, got {_got(raw)}")
+        uses: dict[str, str] = {}
+        tasks: list[tuple[str, str, str]] = []
+        if kind == "chain":
+            device = self.string("shape.device", shape.get("device", "gpu0"))
+            counts: dict[str, int] = {}
+            for t in raw:
+                if isinstance(t, str):
+                    counts[t] = counts.get(t, 0) + 1
+            seen: dict[str, int] = {}
+            for i, t in enumerate(raw):
+                p = f"shape.tasks[{i}]"
+                if isinstance(t, str):
+                    el = t
+                    k = seen.get(el, 0)
+                    seen[el] = k + 1
+                    nm = el if counts[el] == 1 else f"{el}/{k}"
+                else:
+                    t = self.obj(p, t)
+                    self.unknown(p, t, ("name", "element"))
+                    if "element" not in t:
+                        raise FormatError(self.file, f"{p}.element", "missing")
+                    el = self.string(f"{p}.element", t["element"])
+                    nm = self.string(f"{p}.name", t.get("name", f"{el}/{i}"))
+                uses.setdefault(el, p)
+                tasks.append((nm, device, el))
+            edges: list[tuple[str, str]] = []
+        else:
+            for i, t in enumerate(raw):
+                p = f"shape.tasks[{i}]"
+                t = self.obj(p, t)
+                self.unknown(p, t, ("name", "element", "device"))
+                for k in ("name", "element", "device"):
+                    if k not in t:
+                        raise FormatError(self.file, f"{p}.{k}", "missing")
+                el = self.string(f"{p}.element", t["element"])
+                uses.setdefault(el, f"{p}.element")
+                tasks.append((self.string(f"{p}.name", t["name"]), self.string(f"{p}.device", t["device"]), el))
+            raw_e = shape.get("edges", [])
+            if not isinstance(raw_e, list):
+                raise FormatError(self.file, "shape.edges", f"must be a list of [before, after] pairs, got {_got(raw_e)}")
+            names = {t[0] for t in tasks}
+            edges = []
+            for i, e in enumerate(raw_e):
+                p = f"shape.edges[{i}]"
+                if not (isinstance(e, list) and len(e) == 2):
+                    raise FormatError(self.file, p, f"must be a [before, after] pair, got {_got(e)}")
+                for x in e:
+                    if x not in names:
+                        raise FormatError(self.file, p, f"names unknown task {x!r}")
+                edges.append((e[0], e[1]))
+        devices = list(dict.fromkeys(t[1] for t in tasks))
+        dev_el = {d: sorted({el for _, dv, el in tasks if dv == d}) for d in devices}
+        return {"tasks": tasks, "edges": edges, "device_elements": dev_el}, uses, devices
+
+    # -- devices ----------------------------------------------------------------------------
+    def rule(self, path: str, v: Any) -> Any:
+        """A transition rule: constant, inline table, or {"file": PATH} to a table file."""
+        from frontier.io import read_json
+        from frontier.transition import TransitionTable
+        from solvers.model import ConstantTransition
+
+        d = self.obj(path, v)
+        if set(d) == {"constant"}:
+            c = self.obj(f"{path}.constant", d["constant"])
+            self.unknown(f"{path}.constant", c, ("time_s", "energy_j"))
+            if "time_s" not in c:
+                raise FormatError(self.file, f"{path}.constant.time_s", "missing")
+            return ConstantTransition(self.number(f"{path}.constant.time_s", c["time_s"]),
+                                      self.number(f"{path}.constant.energy_j", c.get("energy_j", 0.0)))
+        if "file" in d:
+            self.unknown(path, d, ("file",))
+            src = Path(self.string(f"{path}.file", d["file"]))
+            src = src if src.is_absolute() else self.base / src
+            if not src.is_file():
+                raise FormatError(self.file, f"{path}.file", f"{src}: no such file")
+            return TransitionTable.from_dict(read_json(src), str(src))
+        return TransitionTable.from_dict(d, f"{self.file}: {path}")
+
+    def devices(self, doc: Mapping, devices: Sequence[str], idle_override: float | None):
+        per = self.obj("devices", doc.get("devices", {}))
+        for d, body in per.items():
+            if d not in devices:
+                raise FormatError(self.file, f"devices.{d}", f"not a device of this shape "
+                                  f"(devices: {', '.join(devices)})")
+            self.unknown(f"devices.{d}", self.obj(f"devices.{d}", body), _DEVICE_KEYS)
+        top_idle = doc.get("idle_power_w")
+        idle: dict[str, float] = {}
+        for d in devices:
+            if idle_override is not None:
+                idle[d] = float(idle_override)
+            elif "idle_power_w" in per.get(d, {}):
+                idle[d] = self.number(f"devices.{d}.idle_power_w", per[d]["idle_power_w"])
+            elif isinstance(top_idle, dict):
+                if d not in top_idle:
+                    raise FormatError(self.file, f"idle_power_w.{d}", "missing (the power this device draws while it waits, W)")
+                idle[d] = self.number(f"idle_power_w.{d}", top_idle[d])
+            elif top_idle is not None:
+                idle[d] = self.number("idle_power_w", top_idle)
+            else:
+                raise FormatError(self.file, "idle_power_w", "missing (the power a device draws while it "
+                                  "waits, W: one number, or per device)")
+        if isinstance(top_idle, dict):
+            for d in top_idle:
+                if d not in devices:
+                    raise FormatError(self.file, f"idle_power_w.{d}", f"not a device of this shape "
+                                      f"(devices: {', '.join(devices)})")
+        rules: dict[str, Any] = {}
+        top_rule = self.rule("transitions", doc["transitions"]) if doc.get("transitions") is not None else None
+        for d in devices:
+            if per.get(d, {}).get("transitions") is not None:
+                rules[d] = self.rule(f"devices.{d}.transitions", per[d]["transitions"])
+            elif top_rule is not None:
+                rules[d] = top_rule
+        return idle, rules
+
+    def ranks(self, v: Any, devices: Sequence[str], pipeline: bool) -> tuple[str, ...] | None:
+        if v is None:
+            return tuple(devices) if pipeline else None
+        if not isinstance(v, list) or not v:
+            raise FormatError(self.file, "ranks", f"must be a non-empty list of device names, got {_got(v)}")
+        for i, d in enumerate(v):
+            if d not in devices:
+                raise FormatError(self.file, f"ranks[{i}]", f"{d!r} is not a device of this shape "
+                                  f"(devices: {', '.join(devices)})")
+        if len(set(v)) != len(v):
+            raise FormatError(self.file, "ranks", "names a device twice")
+        return tuple(v)
+
+
+def _is_store(p: Path) -> bool:
+    return p.suffix.lower() in STORE_SUFFIXES
+
+
+def _read_signature_json(file: str) -> tuple[dict[str, list[Signature]], dict[str, float]]:
+    """Signatures by element from a signature file, a workbook or a characterization JSON, and
+    the ready power by ω label that a characterization's meta may carry."""
+    from frontier.io import load_signatures, read_json, signature_from_dict
+
+    doc = read_json(file)
+    groups: dict[str, list[Signature]] = {}
+    if isinstance(doc, Mapping) and doc.get("format") == CHARACTERIZATION_FORMAT:
+        sigs = doc.get("signatures")
+        if not isinstance(sigs, list):
+            raise FormatError(file, "signatures", "must be a list")
+        element = doc.get("element")
+        for i, body in enumerate(sigs):
+            s = signature_from_dict(body, file, f"signatures[{i}]")
+            groups.setdefault(str(element or s.name), []).append(s)
+        return groups, _meta_ready_power(doc)
+    if isinstance(doc, Mapping) and doc.get("format") == WORKLOAD_FORMAT:
+        raise FormatError(file, "format", "is a workload file, not a signature file")
+    for key, s in load_signatures(file).items():
+        groups.setdefault(key.split("@", 1)[0], []).append(s)
+    return groups, _meta_ready_power(doc)
+
+
+def _meta_ready_power(doc: Any) -> dict[str, float]:
+    """``meta.ready_power_w`` ({ω_dev label: W}) of a characterization output (contract C)."""
+    meta = doc.get("meta") if isinstance(doc, Mapping) else None
+    rp = meta.get("ready_power_w") if isinstance(meta, Mapping) else None
+    if not isinstance(rp, Mapping):
+        return {}
+    return {str(k): float(w) for k, w in rp.items() if _is_number(w)}
