@@ -1,7 +1,6 @@
 """The Python API in one page (its output is pasted in README.md)."""
 
-from frontier import OperatingPoint, Signature, deviation, par, pareto_frontier, seq
-from measure import SimulatedGPU, characterize, preset
+from frontier import Signature, deviation, par, seq
 from solvers import ConstantTransition, one_f_one_b, solve
 
 # 1. Signatures from repeated runs (per-invocation T and E per window); s = ready power.
@@ -20,14 +19,7 @@ measured = Signature.from_point("measured", time_s=0.2580, energy_j=176.9, s_w=1
                                 sd_time_s=0.0004, sd_energy_j=0.9)
 print(deviation(step, measured).summary())
 
-# 4. Characterize a kernel on the simulated H200 and take its frontier.
-res = characterize(preset("copy_2GiB"), device=SimulatedGPU(seed=1),
-                   grid="sm_clock_mhz=1980:1080:-300,power_limit_w=700", progress=None)
-front = pareto_frontier(res.signatures)
-print(f"copy_2GiB: {len(res.signatures)} points, {len(front)} on the frontier; "
-      f"cheapest {front.cheapest.energy_j:.3f} J at {front.cheapest.omega.label()}")
-
-# 5. Plan a 2-stage x 4-microbatch 1F1B step whose tasks can run at two clocks.
+# 4. Plan a 2-stage x 4-microbatch 1F1B step whose tasks can run at two clocks.
 opts = {(s, i): [{"time_s": t * (1 + 0.2 * s), "energy_j": e * (1 + 0.2 * s), "s_w": 75.0,
                   "omega": {"sm_clock_mhz": f}}
                  for t, e, f in ((0.030, 9.0, 1980), (0.036, 7.6, 1410))]
@@ -36,4 +28,3 @@ problem = one_f_one_b(2, 4, opts, idle_power_w=75.0, transitions=ConstantTransit
 plan = solve(problem, "1.10x")
 print(f"plan: {plan.energy_j:.2f} J in {plan.makespan_s*1e3:.1f} ms "
       f"(deadline {plan.deadline_s*1e3:.1f} ms), {plan.n_switches} switches, method {plan.method}, gap {plan.gap:.2%}")
-print(OperatingPoint(sm_clock_mhz=1410, sm_count=124).label())

@@ -180,115 +180,262 @@ _bounds = {(f, r[1]): float(r[6]) for f in ("search_spread.md", "search_spread_m
            for r in _spread_tables(RES / f)[0]}
 port_margin = f"{min(_bounds[(f, r[1])] / 0.995 - float(r[4]) for f in ('search_spread.md', 'search_spread_more_deadlines.md') for r in _spread_tables(RES / f)[1]):.1f}"
 walls_16x64 = " / ".join(f"{w:.1f} s" for w in _column(RES / "bench_solvers.md", "wall_s", "16x64 switches"))
+
+def _highs_note(path: Path = RES / "bench_solvers_highs.md") -> str:
+    """The frontier rows of the benchmark run with highspy installed: wall time and speed-up."""
+    rows = _md_rows(path) if path.exists() else []
+    if not rows:
+        return "nothing yet (not run)"
+    h = rows[0]
+    w, sp = h.index("wall_s"), h.index("speedup")
+    out = [f"{r[0]} {float(r[w]):.1f} s, {float(r[sp]):.1f}x lowtime's speed"
+           for r in rows[2:] if "frontier" in r[0]]
+    return "; ".join(out)
+
+
+highs_note = _highs_note()
+# the plan's first lines (what it is, energy, switches, bound); the full output is in docs/cli.md
+route_plan_head = "\n".join(ln for ln in o("route_plan").splitlines()
+                            if ln.startswith(("plan for", "  energy", "  switches", "  bound")))
+
+
+def _short_bench(text: str) -> str:
+    """The benchmark table with the columns a reader compares."""
+    rows = _table_rows(text)
+    keep = ["case", "method", "wall_s", "max_gap_pct", "lowtime_wall_s", "speedup", "ours_worse_at"]
+    idx = [rows[0].index(k) for k in keep]
+    out = ["| " + " | ".join(keep) + " |", "|" + "---|" * len(keep)]
+    out += ["| " + " | ".join(r[i] for i in idx) + " |" for r in rows[2:]]
+    return "\n".join(out)
+
+
+bench_short = _short_bench(bench)
+route_run_short = "\n".join(ln for ln in o("route_run").splitlines()
+                            if not ln.startswith(("  stage", "  step dE")))
 readme = f'''# energy-calculus
 
 **Spend less GPU energy without missing your deadline.** energy-calculus measures the
-time–energy frontier of each piece of GPU work (a kernel, a layer, a pipeline stage) across
-operating points — SM clock, memory clock, power limit, SMs given to an element —, composes
-those frontiers with a small algebra that carries measurement uncertainty (⊗ back to back,
-⊕ overlapped on one GPU, ⊕multi across GPUs, or any DAG of tasks on devices), and picks the
-operating point of every element, paying for clock switches, that minimizes energy under a
-deadline — with a certificate of how far from optimal the plan can be.
-
-It follows the *Energy Calculus* formalism (E = s·T + d: static power × time plus dynamic
-energy; spec in the project's design notes) and sits next to Zeus (power limits per job) and
-Perseus/lowtime (per-stage frequencies of pipeline training): one toolkit for
-characterizing, composing, checking and planning.
+time–energy frontier of each piece of your GPU work (a kernel, a layer, a pipeline stage)
+across operating points — SM clock, memory clock, power limit, SMs given to an element —,
+composes those frontiers with a small algebra that carries measurement uncertainty (⊗ back
+to back, ⊕ overlapped on one GPU, ⊕multi across GPUs, any DAG), picks the operating point of
+every element, paying for clock switches, that minimizes energy under a deadline, and then
+runs the plan and holds its prediction against a measurement. It follows the *Energy
+Calculus* formalism (E = s·T + d) and sits next to Zeus (power limits) and Perseus/lowtime
+(per-stage clocks for pipeline training): it reads what they measure and exports to Zeus.
 
 ![Element frontiers and the composed 1F1B step, simulated H200](docs/demo/frontiers.png)
 ![The planned step: tasks per GPU coloured by power](docs/demo/timeline.png)
 
-*Made by `ecal demo --out docs/demo` on the bundled simulated H200 (`docs/make_figures.sh`
-regenerates every figure and output on this page).*
+*Made by `ecal demo --out docs/demo` on the bundled simulated H200; `docs/make_figures.sh`
+regenerates every figure and output on this page.*
 
 ## Set up
 
-Run the main job — characterize, compose and plan a pipeline-parallel training step on the
+The main job — characterize, plan, run and measure a pipeline-parallel training step on the
 bundled **simulated** H200 (no GPU needed, under a minute):
 
 ```bash
 python3 -m venv .venv && . .venv/bin/activate && pip install -e . && ecal demo
 ```
 
-Run the tests (what CI runs, `.ci/run`):
+The tests (what CI runs):
 
 ```bash
-python3 -m venv .venv && . .venv/bin/activate && pip install -e ".[test]" && python -m pytest
+python3 -m venv .venv && . .venv/bin/activate && pip install -e ".[test,zeus,ray]" && python -m pytest
 ```
 
-Optional extras: `.[highs]` (HiGHS: warm LP re-solves make the fast method ~5× faster, and
-it is the MILP back end where PuLP bundles no CBC), `.[torch]` (SM allocation on a real GPU through CUDA green contexts),
-`.[bench]` (lowtime 0.3.0, Perseus's solver, for `experiments/bench_solvers.py`).
-Python ≥ 3.10.
+(`.[test]` alone runs everything but the Zeus and Ray round trips, which then skip with a
+reason.)
 
-## What `ecal demo` does
+Optional extras: `.[highs]` (HiGHS, the MILP back end when installed; CBC otherwise),
+`.[torch]` (SM splits on a real GPU through CUDA green contexts), `.[zeus]` (Zeus interop),
+`.[ray]` (campaigns on a Ray cluster), `.[bench]` (lowtime, for the benchmark).
+Python ≥ 3.10. On a real GPU, clock locks and power limits need root.
 
-1. **Characterizes** the 9 elements of a 4-stage 1F1B step — forward and backward compute per
-   stage and the P2P send that overlaps them — on the simulated H200, over SM clock × power
-   limit × SMs for communication (compute gets the other SMs of 132), with the tick-aligned
-   NVML-counter protocol (each point repeated to 1 % relative standard error).
-2. **Plans** the step (64 tasks on 4 GPUs) for a deadline 5 % above the fastest makespan, from
-   options composed as compute ⊕ send of elements characterized alone, a flat 2 ms per ω_dev
-   switch and bubbles at the top-clock ready power — and **runs** that plan on four simulated
-   H200s (`measure.run_plan`: each task a co-run at its SM split and ω, the simulator's own
-   switch latencies), holding the measurement against the prediction with Eq. 23.
-3. **Localizes** what broke from the run's per-task windows (switch latencies, co-runs that
-   fail the runtime-context test, bubble power) and **characterizes** it: the switch latencies
-   of every ω_dev pair, the bubble power, and the compute ∥ send pairs measured jointly (an
-   interaction table); the other options stay composed at the null context with their Eq. 13
-   bias bound.
-4. **Plans again** and runs the second plan, then runs the baselines (every GPU at max clock,
-   the best single operating point for the whole step): the savings it reports are
-   *measured*, with their σ.
-5. Writes `demo/`: `plan.json` (runnable: `ecal run demo/plan.json`), `plan_round1.json`,
-   the problem, work and baseline files, the executions, `transitions.json`,
-   `interaction.json`, `schedule.json` (per-GPU clocks/limits/SMs in execution order, for a
-   training loop), `pareto.json`, `signatures.json`, `report.txt` and three figures.
+## What the demo shows
+
+A 1F1B step on four simulated H200s: plan 1, composed from elements characterized alone, is
+**run** and flagged (Eq. 23); what deviated is localized and characterized (switch latencies,
+bubble power, compute ∥ send pairs jointly); plan 2 is run with the baselines, so the savings
+are **measured**. What still deviates beyond σ is said and traced, not hidden.
 
 ```text
 $ ecal demo
 {o("demo")}
 ```
 
-The plan saves energy by slowing the stages that have slack (pipeline bubbles make the
-non-critical stages cheap to slow down) and by giving the P2P send just enough SMs to stay off
-the critical path. The first plan misses its deadline when run (its flat switch cost is a
-third of what the switches take); the second is charged what was measured. Everything here is
-the simulator: on a real GPU the same loop is `experiments/gpu_validate.py` (read-only).
+## From your training step to a plan in your training loop
+
+**1. Characterize your code.** Name it `module:attribute`; it is imported from the current
+folder. A factory builds model and batch once, outside every timed window, and returns the
+step (a plain zero-argument step works too). Without `--grid`, the grid comes from your
+GPU's own supported clocks and power limits; several works share one ready-power calibration
+per operating point (43 % less device time for 4 elements, `experiments/bench_ready_power.py`).
+
+```python
+# mytrain.py
+def make_fwd():
+    model, x = build_stage(0).cuda(), make_batch()
+    return lambda: model(x)
+```
+
+```bash
+ecal characterize mytrain:make_fwd mytrain:make_bwd --name fwd --name bwd \\
+     --device nvml:0 -o sigs.json --results sweep.jsonl     # resumable; docs/characterize.md
+```
+
+**2. Describe the step** in a workload file (docs/workload.md): the elements, where their
+signatures are, the shape — 1F1B, GPipe, interleaved 1F1B, a chain or a DAG —, idle power
+and switch costs (`measure.measure_transitions` measures them; unmeasured pairs come from a
+fitted rule, never free). A step that repeats pays the switch from its last task back to its
+first (`steady_state`, the default for pipelines; docs/steady_state.md).
+
+```json
+{{"format": "ecal.workload/1",
+ "elements": {{"fwd": {{"source": "sigs.json", "work": "mytrain:make_fwd"}},
+              "bwd": {{"source": "sigs.json", "work": "mytrain:make_bwd"}}}},
+ "shape": {{"kind": "1f1b", "stages": 4, "microbatches": 8, "forward": "fwd", "backward": "bwd"}},
+ "idle_power_w": 122, "transitions": {{"constant": {{"time_s": 0.002}}}}}}
+```
+
+**3. Plan, then run the plan and measure it.** `ecal run` executes the plan with your work
+at the planned clocks (a real GPU runs single-device plans; `--device sim` runs the bundled
+example on simulated H200s) and against every task at the top clock. On the bundled
+example (its elements are simulated presets):
+
+```text
+$ ecal plan ecal/examples/workload_1f1b.json --deadline 1.05x -o plan.json --schedule schedule.json
+{route_plan_head}
+$ ecal run plan.json --workload ecal/examples/workload_1f1b.json     # (per-device rows cut)
+{route_run_short}
+```
+
+The measurement is authoritative: here the example's assumed 2 ms switch and 122 W bubbles
+are wrong (the switches took longer, the bubbles drew less), and `ecal run` says so. Measure
+them (`measure.measure_transitions`, the ready power in the characterization) and plan again.
+
+**4. Apply it in your loop.** `schedule.json` lists each rank's tasks
+(`s{{stage}}/{{forward|backward}}/{{microbatch}}`) with their clocks. The hook syncs before a
+switch, hands only the knobs that change to a helper thread (about 20 µs per element on the
+training thread against 1.5 ms inline, `experiments/bench_applier.py`), skips calibration when
+the schedule carries ready power, counts switches per iteration, and restores the GPU on
+exit, error or signal (docs/examples/README.md; try `python docs/examples/pytorch_1f1b_loop.py
+--device sim`):
+
+```python
+from measure.apply import PlanApplier, task_name
+with PlanApplier.from_schedule("schedule.json", rank=pp_rank, device="nvml:0") as applier:
+    for step in range(steps):
+        for inst, mb in my_1f1b_order(pp_rank):
+            with applier.element(task_name(pp_rank, inst, mb)):
+                run(inst, mb)
+```
+
+**Zeus users** (docs/zeus.md): `ecal import zeus-monitor LOG.csv` (one element per window
+name and GPU), `ecal import zeus-plo profile.json`, and `ecal export zeus-pfo schedule.json -o
+freqs.py` for Zeus's pipeline-frequency optimizer (SM clocks only: power limits, memory
+clocks and SM splits cannot be carried, and ecal warns).
 
 ## Command line
 
-Every command reads and writes the same JSON formats (each command's output is another's
-input), prints a table (or `--json`), and shows examples in `--help`. Exit codes:
-
-- `0` ok: every output file is written before anything is printed, so a reader that stops
-  early (`| head -1`) changes neither the files nor the status;
-- `1` `ecal check` flagged a deviation (`--pairs`: a pair must be characterized jointly);
-- `2` bad input: a one-line error naming the file, field and problem (also for non-finite
-  option values and unwritable output paths, which are checked before any work starts); no
-  output file is written and no earlier file is changed;
-- `3` your own work (`module:function`) raised: its traceback, then one line; the GPU was
-  restored and a `--results` file keeps the points measured so far;
-- `130` interrupted by Ctrl-C, SIGTERM or SIGHUP (`ecal: interrupted (SIGTERM)` on stderr),
-  after the GPU was restored and the solver stopped; output files are all written or none,
-  and a `--results` file keeps every point measured. SIGQUIT restores the GPU, then ends
-  the process with the signal (status 131).
-
 | command | does |
 |---|---|
-| `ecal characterize WORK` | measure a kernel (simulated preset, or `module:function` with `--device nvml:0`) over a grid; resumable results file |
-| `ecal frontier FILE` | Pareto frontier of each element in a signature file (`--criterion TE/Td/Tsd`), plot |
-| `ecal compose FILE` | predicted T and E ± σ and the Eq. 13 bias bound of compositions in a workbook |
-| `ecal check FILE` | Eq. 23: do measured composites agree with their predictions? |
-| `ecal check --pairs WORKLOAD` | context-insensitivity tests: which pairs may be composed at the null context, which must be characterized jointly |
-| `ecal plan WORKLOAD --deadline 1.05x` | minimum-energy operating point per task, with switching costs and a proven gap (`--method auto/dp/ilp/fast`; `--time-limit-s`: the MILP's limit, or the time cap of the fast method's search with switch costs, by default 30 ms per task between 1 and 25 s; its work budget scales with it) |
-| `ecal pareto WORKLOAD` | the energy-vs-deadline curve, a plan and a gap per point |
-| `ecal import KIND PATH` | signatures from published data: `h200`, `nv-dvfs`, `zeus-trace`, `zeus-log`, `perseus` |
-| `ecal run PLAN --device sim` | execute a plan (one written by `ecal demo`) on simulated H200s: measured T and E ± σ against the prediction, Eq. 23 per device and step, measured savings against the baselines |
-| `ecal demo` | all of the above on the simulated H200 |
-| `ecal restore [--device nvml:N]` | put back GPU settings that a killed run left changed (reads the device journal) |
+| `ecal characterize WORK...` | signatures of a preset or your `module:factory` over a grid; resumable results file |
+| `ecal frontier FILE` | Pareto frontier per element (`--criterion TE/Td/Tsd`: safe before ⊗, ⊕, ⊕multi) |
+| `ecal compose FILE` / `ecal check FILE` | predicted T, E ± σ and Eq. 13 bias bound / Eq. 23 against measured composites |
+| `ecal check --pairs WORKLOAD` | context-insensitivity tests: which pairs must be characterized jointly |
+| `ecal plan WORKLOAD --deadline 1.05x` | least-energy operating point per task with switch costs, a raw bound and gap |
+| `ecal pareto WORKLOAD` | the energy-vs-deadline curve |
+| `ecal run PLAN` | execute a plan, measure it, Eq. 23 per device and step, measured savings |
+| `ecal campaign FILE` | many elements over many GPUs (local or `--ray`), into one SQLite store (docs/campaign.md) |
+| `ecal import KIND` / `ecal export zeus-pfo` | `h200`, `nv-dvfs`, `zeus-monitor`, `zeus-plo`, `perseus`, … / to Zeus |
+| `ecal demo` / `ecal restore` | the closed loop on the simulator / put back GPU settings a killed run left |
 
-### Compose and check
+A WORKLOAD is a workload file, a Perseus profile CSV or a problem JSON. Each command's output
+is another's input; `--json` for scripts; examples in `--help`; every output with pasted
+runs: docs/cli.md. Exit codes: `0` ok; `1` `check` flagged; `2` bad input (one line naming
+file and field; no output written or changed); `3` your own work raised (GPU restored,
+measured points kept); `130` interrupted (GPU restored; outputs all written or none).
+
+## Python API
+
+```python
+{Path("docs/api_example.py").read_text().split(chr(10), 2)[2].rstrip()}
+```
+
+```text
+{o("api")}
+```
+
+`frontier` (the algebra; numpy/scipy), `solvers` (planning; imports `frontier`) and `measure`
+(devices, protocols, execution; imports `frontier`) are independent libraries; `ecal` is the
+command line over them.
+
+## File formats
+
+| file | written by | format |
+|---|---|---|
+| signatures (JSON) | `characterize -o`, `import`, `frontier -o` | `frontier/io.py` |
+| results log (JSON lines, fsynced per point) | `characterize --results` | `measure/results_log.py` |
+| campaign store (SQLite) | `campaign` | `measure/store.py` |
+| workload | you | docs/workload.md |
+| problem, plan (JSON) | `plan -o`, `demo` | `solvers/io.py`, `solvers/plan.py` |
+| schedule (per rank, in order) | `plan --schedule` | `ecal/schedule.py` |
+| transitions, interaction table | `measure_transitions`, the demo | `frontier/transition.py`, `frontier/interaction_io.py` |
+
+## Guarantees and limits
+
+- **The GPU is put back.** Every setting is journalled (fsynced) before it changes and
+  restored on exit, error, Ctrl-C, SIGTERM, SIGHUP, SIGQUIT; after SIGKILL or a crash the next
+  run or `sudo ecal restore` restores it from the journal. One process per GPU.
+- **Nothing measured is lost or mixed.** Points are appended as measured; a resume that
+  differs in device, driver, host, seed or protocol is refused; on the simulator an
+  interrupted and resumed sweep equals an uninterrupted one bit for bit.
+- **Plans are honest** (docs/certificates.md): every plan meets its deadline (one predicate);
+  its bound is the method's own, never clamped; `optimal` only when proven; the same input
+  gives the same plan under any load (work budgets; a wall-clock net says `time_capped`).
+  Checked against brute force on 2,000 instances in the tests.
+- **σ is the algebra's.** A signature used k times adds k²·var; a plan's and each device's σ
+  count shared leaves once.
+- **Limits.** Everything here ran on the simulator and a strict fake of NVML: no real GPU has
+  yet been used by this repository (`experiments/gpu_validate.py` is ready, read-only). The
+  simulator is calibrated to a real H200's elements and co-runs (docs/simulator.md), not to
+  its thermal behaviour over long runs. Real runs of multi-GPU plans go through your own
+  launcher and `PlanApplier`. Energy counters resolve about 1 %: plan differences below that
+  are not observable.
+
+## Benchmark
+
+Our planner against lowtime 0.3.0 (Perseus's solver) on Perseus-format profiles, in one
+process, same accounting, with the default install (`pip install -e ".[bench]"`, then
+`python experiments/bench_solvers.py --lowtime-8x32`; 2-core machine; ratios, not absolutes,
+carry over). `max_gap_pct` is each plan's proven gap; `ours_worse_at` counts lowtime plans our
+curve does not match or beat:
+
+{bench_short}
+
+With `.[highs]` (warm LP re-solves) the same run gives {highs_note}
+(`experiments/results/bench_solvers_highs.md`).
+
+## More
+
+docs/cli.md (every command with output), docs/studies.md (design decisions, studies, solver
+history), docs/simulator.md, docs/characterize.md, docs/workload.md, docs/steady_state.md,
+docs/certificates.md, docs/campaign.md, docs/adaptive.md, docs/zeus.md. Tests that read
+`../shared/data` (real measurements) skip with a reason when it is absent.
+
+To cite the calculus, cite the *Energy Calculus* paper this toolkit implements (excerpt and
+spec in the project's design notes); to cite the toolkit, cite this repository.
+'''
+Path("README.md").write_text(readme)
+
+cli_md = f'''# The command line, command by command
+
+Every output below is pasted from a real run by `docs/make_figures.sh` (simulated H200 and
+the bundled examples). The README lists the commands and exit codes.
+
+## Compose and check
 
 `ecal/examples/attention_tp2.json` is the worked example of the calculus — a Llama-3.2-3B
 attention layer with tensor parallelism on two GPUs, `RMSNorm ⊗ Linear1 ⊗ ((RoPE ⊗ Attention ⊗
@@ -314,7 +461,7 @@ two streams on one GPU contend, so the parallel composites take far longer than 
 their parts. The calculus's answer is to characterize such pairs jointly (`--bias-aware`
 accepts the Eq. 13 bias bound as tolerance).
 
-### Characterize and frontier
+## Characterize and frontier
 
 ```text
 $ ecal characterize gemm_bf16_8192 -o gemm.json --plot gemm_characterize.png
@@ -322,7 +469,7 @@ $ ecal characterize gemm_bf16_8192 -o gemm.json --plot gemm_characterize.png
 $ ecal frontier gemm.json --plot gemm_frontier.png
 ```
 
-![GEMM frontier on the simulated H200](docs/gemm_frontier.png)
+![GEMM frontier on the simulated H200](gemm_frontier.png)
 
 The default grid is `sm_clock_mhz=1980:990:-90,power_limit_w=700,500`; each measured point is
 appended (flush + fsync) to `--results FILE` as it is taken and a rerun resumes. On a real
@@ -330,7 +477,7 @@ GPU: `ecal characterize mymodule:step --device nvml:0` (clock locks and power li
 root; `--read-only` sweeps only SM allocations and never changes a device setting). Every
 output of the simulated device says SIMULATED.
 
-### Plan and pareto
+## Plan and pareto
 
 `ecal/examples/pipeline_4x8.csv` is a Perseus-format profile (`stage,instruction,frequency,
 time,energy`; 60 SM clocks, imbalanced stages, made by Perseus's profile generator);
@@ -344,39 +491,35 @@ $ ecal pareto ecal/examples/pipeline_4x8.csv --plot pareto.png -o pareto.json
 ```
 
 A 1 ms clock switch here is priced at the stage's blocking power; the plan holds a clock where
-switching does not pay. For 2,048-task pipelines with switch costs the fast method's proven
-gap is {gaps_16x64} at 1.05x / 1.2x (see the benchmark below); without switch costs it is ≤ 0.3 %. With switch
-costs the fast method's search is budgeted in work (dynamic-programming labels and kicks), not
-seconds, so the same input gives the same plan on any machine; from 500 tasks two such
-searches with different DP caps run at once, the second in a worker process on another core
-(one after the other where only one core is free: the same plan, twice the time), and the
-cheaper plan wins. The wall-time cap (30 ms per
-task, 1–25 s, or `--time-limit-s`, which also scales the work) leaves the search about 1.5×
-headroom on this project's 2-core CI runner; when it does fire, the plan says so. The bound
-comes on top (an LP and a 150-step ascent, at most 8 s; 3.5 s on 2,048 tasks); only its
-strength, never the plan, depends on the machine's speed.
+switching does not pay. Every search is budgeted by work, never by seconds, so the same input
+gives the same plan on any machine and under any load; `--time-limit-s` is only a wall-clock
+safety net, and a plan it cut short says `time_capped` (docs/certificates.md). From 500 tasks
+two searches with different DP caps run at once, the second in a worker process; the cheaper
+plan wins, and it is the same plan when they run one after the other.
 
-![Plan timeline](docs/plan.png)
-![Energy vs deadline](docs/pareto.png)
+![Plan timeline](plan.png)
+![Energy vs deadline](pareto.png)
 
 `schedule.json` is what a training loop reads: per GPU, each task's start and its
 `sm_clock_mhz`/`power_limit_w`/`sm_count`, in execution order (format in `ecal/schedule.py`).
 `measure.PlanApplier` applies such a plan around each element's execution on a real or
 simulated device, counts the switches it makes and restores the device afterwards.
 
-## Python API
-
-```python
-{Path("docs/api_example.py").read_text().split(chr(10), 2)[2].rstrip()}
-```
+## Plan a workload file
 
 ```text
-{o("api")}
+$ ecal plan ecal/examples/workload_1f1b.json --deadline 1.05x -o plan.json --schedule schedule.json
+{o("route_plan")}
 ```
+'''
+Path("docs/cli.md").write_text(cli_md)
 
-The three libraries are independent choices: `frontier` (the algebra, pure numpy/scipy),
-`solvers` (deadline planning; imports `frontier`), `measure` (devices and protocols; imports
-`frontier`). `ecal` is the thin command line over them.
+studies_md = f'''# How it works, the studies, and the solver's history
+
+Research notes moved out of the README: the decisions behind the calculus, the simulator,
+the studies in `experiments/`, and how the fast method's gap was brought down (its numbers
+are from the runs recorded in `experiments/results/`; since then every search is budgeted by
+work: docs/certificates.md).
 
 ## How it works, and the decisions that matter
 
@@ -632,25 +775,5 @@ The fast method uses this LP for its bound where it has at most 20,000 columns (
 example above at 1.05x it takes 0.095 points off the proven gap; with switches of 5 J and no
 latency, 0.51 points), and the MILP uses the same rows (2×4 with 60 clocks: proven optimal in 15 s, where
 the transport matrix proves nothing in 120 s).
-
-## Layout
-
-```
-frontier/     the algebra: OperatingPoint, Signature, seq/par/par_multi/dag, deviation (Eq. 23),
-              prefix-scan localization, Pareto frontiers and their composition, transitions,
-              file formats (frontier/io.py documents them), plots
-solvers/      Problem/Plan, chain and series-parallel DP, MILP (PuLP: CBC or HiGHS), fast
-              hull-LP/Lagrangian method, path re-planning search for switch costs (lns.py)
-              and its hold starts and re-plans (hold.py), the bound's ascent (ascent.py),
-              pareto sweeps, 1F1B builder, Perseus import
-measure/      Device interface, NVML device, simulated H200, replay of recorded tables,
-              green-context SM allocation, protocol, resumable sweeps, PlanApplier
-ecal/         the command line and the demo; ecal/examples/ bundled inputs
-experiments/  the studies and benchmarks above
-tests/        pytest + hypothesis; NVML against a strict fake pynvml; no GPU needed
-```
-
-Tests that read `../shared/data` (the real measurements next to this repository in the
-project's workspace) skip with a reason when it is absent.
 '''
-Path("README.md").write_text(readme)
+Path("docs/studies.md").write_text(studies_md)

@@ -14,5 +14,9 @@ ecal plan ecal/examples/pipeline_4x8.csv --deadline 1.05x --transition-time-s 0.
      -o docs/plan.json --plot docs/plan.png --schedule docs/schedule.json > docs/out/plan.txt
 ecal pareto ecal/examples/pipeline_4x8.csv --plot docs/pareto.png -o docs/pareto.json > docs/out/pareto.txt
 python docs/api_example.py                                              > docs/out/api.txt
+mkdir -p docs/route
+ecal plan ecal/examples/workload_1f1b.json --deadline 1.05x -o docs/route/plan.json \
+     --schedule docs/route/schedule.json                                  > docs/out/route_plan.txt
+ecal run docs/route/plan.json --workload ecal/examples/workload_1f1b.json > docs/out/route_run.txt
 python experiments/h200_composition.py --out docs/out/h200 2>&1 | sed '/^wrote /d' > docs/out/h200.txt
-python docs/build_readme.py                                             # pastes docs/out/* into README.md
+python docs/build_readme.py            # pastes docs/out/* into README.md, docs/cli.md, docs/studies.md

@@ -439,7 +439,8 @@ def joint_points(comps: Mapping[tuple[int, str], Sequence[Signature]], elements:
                  ) -> dict[str, list[tuple[OperatingPoint, int]]]:
     """Per element to measure jointly: the (ω_dev, send SMs k) a plan can choose — the options
     on that task's composed (T, E) frontier (a dominated option only ever helps by saving a
-    switch) and those plan 1 chose."""
+    switch) and those plan 1 chose. (Measuring every option too doubles the demo's time and,
+    on the simulator, moved plan 2's deviation by less than 0.1 %.)"""
     out: dict[str, list[tuple[OperatingPoint, int]]] = {}
     for (s, inst), row in comps.items():
         e = f"s{s}_{inst}"
@@ -452,10 +453,13 @@ def joint_points(comps: Mapping[tuple[int, str], Sequence[Signature]], elements:
     return out
 
 
-def characterize_jointly(cfg: DemoConfig, points: Mapping[str, Sequence[tuple[OperatingPoint, int]]]) -> Any:
+def characterize_jointly(cfg: DemoConfig, points: Mapping[str, Sequence[tuple[OperatingPoint, int]]],
+                         context_temp_c: Mapping[str, float] | None = None) -> Any:
     """The interaction table of each element ∥ p2p_send at the given (ω_dev, send SMs k),
     measured together on a simulated H200 (``measure.joint.characterize_pairs``) with the
-    protocol the elements were characterized with."""
+    protocol the elements were characterized with — in context when ``context_temp_c`` gives
+    an element the die temperature its device held in the run (pre-heated to it: a tight
+    power cap throttles harder on a hot die)."""
     import measure
     from frontier.interaction import InteractionTable
     from measure.joint import JointPair, characterize_pairs
@@ -469,7 +473,9 @@ def characterize_jointly(cfg: DemoConfig, points: Mapping[str, Sequence[tuple[Op
         for omega, k in pts:
             grid = ",".join(f"{knob}={v:g}" for knob, v in omega.dev.to_dict().items() if v is not None)
             pair = JointPair(e, kernels[e], "p2p_send", send, ((SM_TOTAL - k, k),))
-            table = table.merged(characterize_pairs(dev, [pair], grid, measure.Protocol(), progress=None))
+            temp = (context_temp_c or {}).get(e)
+            proto = measure.Protocol(context_temp_c=temp)
+            table = table.merged(characterize_pairs(dev, [pair], grid, proto, progress=None))
     return table
 
 
@@ -518,7 +524,10 @@ def run_demo(cfg: DemoConfig = DemoConfig(), progress: Callable[[str], None] | N
     chosen = [(f"{t.name.split('/')[0]}_{t.name.split('/')[1]}", o.omega.dev, int(o.omega.sm_count))
               for t, o in ((t, problem1.tasks[i].options[c]) for i, (t, c) in
                            enumerate(zip(problem1.tasks, _choice(plan1, problem1))))]
-    table = characterize_jointly(cfg, joint_points(task_composites(cfg, sigs), elements, chosen))
+    run_temps = first.execution.meta.get("temperature_c", {})
+    in_context = {f"s{s}_{i}": run_temps[f"stage{s}"] for s, i in kernels if f"stage{s}" in run_temps}
+    table = characterize_jointly(cfg, joint_points(task_composites(cfg, sigs), elements, chosen),
+                                 in_context)
     comps = task_composites(cfg, sigs, table)
     record = record_of(comps)
     opts2 = options_of(comps)
@@ -647,8 +656,9 @@ def _still_flagged(r: DemoResult) -> list[str]:
         f"busy {a['busy_s'] * 1e3:+.2f} ms; idle/switch/counter {a['rest_j']:+.2f} J",
         f"   traced to: bubbles charged {min(charged):.1f}–{max(charged):.1f} W, plan 2's own waits "
         f"at {min(own):.1f}–{max(own):.1f} W; {len(composed) - n_joint} of "
-        f"{len(composed)} chosen (task, option) composed ⊕ (not measured jointly); tasks run in the "
-        "context of repeated steps (heat), not the null context they were characterized in",
+        f"{len(composed)} chosen (task, option) composed ⊕ (measured alone, cool); heat: the joint "
+        "pairs were pre-heated to each GPU's mean temperature in plan 1's run, but a task at a "
+        "high clock runs hotter than that mean and throttles at its power cap",
     ]
 
 
@@ -697,7 +707,8 @@ def report(r: DemoResult) -> str:
                  f"({len(taus) or 'all'} ordered pairs{tr}); bubble power per GPU from those waits "
                  "(re-planned once at plan 2's own waits when they differ); "
                  f"{len(joint)} pair(s) compute ∥ send measured jointly ({len(r.interaction)} co-run "
-                 "signatures: the options on each pair's frontier and those plan 1 chose)")
+                 "signatures: the options on each pair's frontier and those plan 1 chose, pre-heated to "
+                 "the temperature each GPU held in plan 1's run)")
     rec = r.record
     if rec is not None:
         lines.append(f"   options: {len(rec.measured)} from joint measurements, {len(rec.composed)} composed "

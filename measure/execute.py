@@ -605,6 +605,8 @@ class _Runner:
     works: list[TaskWork | CallableWork]
     gpus: Mapping[str, Device]
     ops: list[OperatingPoint]
+    #: die temperature at the end of each task of the measured steps, per device, °C
+    temps_c: dict[str, list[float]] = field(default_factory=dict)
 
     def first_op(self, d: str) -> OperatingPoint | None:
         seq = self.problem.index.dev_seq.get(d, [])
@@ -647,6 +649,8 @@ class _Runner:
                 gpu.run_parallel(w.parallel_streams())
             end[v] = gpu.time_s() - origin[d]
             e1 = _true(gpu)
+            if k >= 0:
+                self.temps_c.setdefault(d, []).append(float(gpu.temperature_c()))
             finish[d] = end[v]
             t = self.problem.tasks[v]
             runs.append(TaskRun(k, t.name, d, self.choice[v], t.options[self.choice[v]].label,
@@ -772,6 +776,7 @@ def run_plan(plan: Any, problem: Any, work: WorkTable, *, seed: int = 0,
         n_steps=k, warmup_steps=int(warmup_steps), alpha=float(alpha), step=step, devices=per_dev,
         tasks=tuple(tasks), windows=tuple(windows), switches_s=switches, planned_switch_s=planned_sw,
         meta={"ready_power_w": ready_w, "protocol": protocol.to_dict(),
+              "temperature_c": {d: float(np.mean(v)) for d, v in runner.temps_c.items() if v},
               "step_energies_j": step_e, "step_times_s": step_t, "planned_tasks": planned_tasks,
               "bonferroni_devices": len(names),
               "device_time": "finish of the device's last task; energy over the whole step"})

@@ -37,6 +37,12 @@ class Protocol:
     the gap instead lasts until the temperature is within ``baseline_tol_c`` of it (at most
     ``cooldown_max_s``). Windows repeat until the relative standard error of E is at most
     ``target_rse`` (at least ``min_windows``, at most ``max_windows``).
+
+    ``context_temp_c``: characterize **in context** instead of at the null context — after
+    the warm-up, keep running the work until the die reaches this temperature (at most
+    ``preheat_max_s``), e.g. the temperature the device held while a plan ran (what
+    :func:`measure.run_plan` reports); a tight cap throttles harder on a hot die, which a
+    point measured cool does not see.
     """
 
     window: WindowKind = "tick_aligned"
@@ -53,6 +59,8 @@ class Protocol:
     poll_s: float = 0.0
     ready_window_s: float = 1.0
     ready_windows: int = 3
+    context_temp_c: float | None = None
+    preheat_max_s: float = 30.0
 
     def __post_init__(self) -> None:
         if self.window not in ("tick_aligned", "naive"):
@@ -60,7 +68,7 @@ class Protocol:
         for k in ("window_s", "target_rse", "tick_timeout_s", "ready_window_s"):
             if not getattr(self, k) > 0:
                 raise ValueError(f"Protocol.{k} must be > 0, got {getattr(self, k)!r}")
-        for k in ("warmup_s", "cooldown_s", "cooldown_max_s", "poll_s"):
+        for k in ("warmup_s", "cooldown_s", "cooldown_max_s", "poll_s", "preheat_max_s"):
             if getattr(self, k) < 0:
                 raise ValueError(f"Protocol.{k} must be >= 0, got {getattr(self, k)!r}")
         if not 1 <= self.min_windows <= self.max_windows:
@@ -203,6 +211,21 @@ def null_context(device: Device, protocol: Protocol) -> float:
     return spent
 
 
+def preheat(device: Device, work: Any, protocol: Protocol, sm_count: int | None = None) -> float:
+    """Run ``work`` until the die reaches ``protocol.context_temp_c`` (at most
+    ``protocol.preheat_max_s`` of device time); the seconds spent. A device that is already
+    that warm is left as it is."""
+    target = protocol.context_temp_c
+    if target is None:
+        return 0.0
+    t0 = device.time_s()
+    t1 = time_per_invocation_s(device, work, sm_count)
+    batch = max(1, math.ceil(0.25 / t1))         # check the temperature every ~0.25 s
+    while device.temperature_c() < target and device.time_s() - t0 < protocol.preheat_max_s:
+        device.run(work, batch, sm_count=sm_count)
+    return device.time_s() - t0
+
+
 def relative_se(values: list[float]) -> float:
     """Relative standard error of the mean (inf for fewer than 2 values)."""
     if len(values) < 2:
@@ -224,6 +247,8 @@ def measure_point(device: Device, work: Any, name: str, protocol: Protocol = Pro
     if protocol.warmup_s > 0:
         t1 = time_per_invocation_s(device, work, sm_count)
         device.run(work, max(1, math.ceil(protocol.warmup_s / t1)), sm_count=sm_count)
+    if protocol.context_temp_c is not None:
+        preheat(device, work, protocol, sm_count)
     t1 = time_per_invocation_s(device, work, sm_count)
     n = max(1, math.ceil(protocol.window_s / t1))
     windows: list[Window] = []

@@ -125,3 +125,32 @@ def test_measure_window_reads_through_run_and_read():
     measure_window(gpu, preset("copy_2GiB"), 123, Protocol(), ready_w=120.0)
     measure_window(gpu, preset("copy_2GiB"), 45, Protocol(window="naive"), ready_w=120.0)
     assert calls == [123, 45]
+
+
+def test_in_context_protocol_preheats_the_die_before_the_windows():
+    """context_temp_c: the windows start on a die at the run's temperature, not cool; a GEMM
+    at the top clock under a 450 W cap then throttles harder (static power rises with
+    temperature), so it measures slower than at the null context."""
+    from frontier.operating_point import OperatingPoint
+    from measure.protocol import Protocol, measure_point
+    from measure.sim import SimulatedGPU, preset
+
+    def point(proto):
+        gpu = SimulatedGPU(seed=3)
+        gpu.set_operating_point(OperatingPoint(sm_clock_mhz=1980, power_limit_w=450))
+        gpu.seed_point("gemm")
+        return measure_point(gpu, preset("gemm_bf16_8192"), "gemm", proto), gpu
+
+    cool, _ = point(Protocol())
+    hot_target = cool.meta["temperatures_c"][0][0] + 15.0
+    hot, gpu = point(Protocol(context_temp_c=hot_target))
+    assert hot.meta["temperatures_c"][0][0] >= hot_target - 1.0
+    assert cool.meta["temperatures_c"][0][0] < hot_target - 10.0
+    assert hot.time_s > cool.time_s * 1.001
+    assert hot.meta["protocol_settings"]["context_temp_c"] == hot_target
+    # a target it cannot reach stops after preheat_max_s of device time
+    t0 = gpu.time_s()
+    from measure.protocol import preheat
+
+    spent = preheat(gpu, preset("copy_2GiB"), Protocol(context_temp_c=500.0, preheat_max_s=2.0))
+    assert 2.0 <= spent <= 3.0 and gpu.time_s() - t0 == spent
