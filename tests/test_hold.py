@@ -78,10 +78,10 @@ def test_a_deadline_no_level_meets_gives_none(example):
 def test_hold_starts_on_random_dags_meet_the_deadline(seed):
     # generic DAGs, constant and pair-dependent switch costs: a start, when there is one,
     # is feasible, and the fast method's plan stays feasible and above its bound
-    from test_solvers_exact import ClockDistance, random_dag
+    from test_solvers_exact import TR_PAIR, random_dag
 
     rng = np.random.default_rng(seed)
-    p = random_dag(rng, 30, 4, 3, [TR, ClockDistance()][seed % 2])
+    p = random_dag(rng, 30, 4, 3, [TR, TR_PAIR][seed % 2])
     for fac in ("1.05x", "1.5x"):
         D = p.deadline_s(fac)
         held = best_hold_start(p, p.index.fastest_choice(), D)

@@ -193,11 +193,11 @@ def test_lockstep_viterbi_equals_the_per_device_loop_bit_for_bit(seed):
 
 
 def test_lockstep_needs_equal_devices_and_constant_switches():
-    from test_solvers_exact import ClockDistance
+    from test_solvers_exact import TR_PAIR
 
     from solvers.relax import _lockstep
 
-    assert _lockstep(pipeline(tr=ClockDistance()).index) is None      # cost depends on the pair
+    assert _lockstep(pipeline(tr=TR_PAIR).index) is None      # cost depends on the pair
     rng = np.random.default_rng(5)
     uneven = random_dag(rng, 7, 3, 2, ConstantTransition(0.1, 1.0))  # 4 and 3 tasks per device
     assert _lockstep(uneven.index) is None

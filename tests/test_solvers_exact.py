@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from switch_costs import PairCost
 
 from solvers import ConstantTransition, Problem, solve
 from solvers.brute import brute_force
@@ -47,17 +48,7 @@ def n_shape(rng, k, tr=None):
 TR = ConstantTransition(0.2, 4.0)
 
 
-class ClockDistance:
-    """A switch cost that grows with the clock change: the MILP needs the transport matrix."""
-
-    def cost(self, frm, to):
-        if frm is None or frm == to:
-            return (0.0, 0.0)
-        df = abs(frm.sm_clock_mhz - to.sm_clock_mhz) / 1000.0
-        return (0.05 + 0.4 * df, 1.0 + 6.0 * df)
-
-
-TR_PAIR = ClockDistance()
+TR_PAIR = PairCost(0.05, 0.4, 1.0, 6.0)   # grows with the clock change
 
 
 @pytest.mark.parametrize("seed", range(12))
