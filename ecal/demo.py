@@ -524,8 +524,14 @@ def run_demo(cfg: DemoConfig = DemoConfig(), progress: Callable[[str], None] | N
     chosen = [(f"{t.name.split('/')[0]}_{t.name.split('/')[1]}", o.omega.dev, int(o.omega.sm_count))
               for t, o in ((t, problem1.tasks[i].options[c]) for i, (t, c) in
                            enumerate(zip(problem1.tasks, _choice(plan1, problem1))))]
-    run_temps = first.execution.meta.get("temperature_c", {})
-    in_context = {f"s{s}_{i}": run_temps[f"stage{s}"] for s, i in kernels if f"stage{s}" in run_temps}
+    # In context: each element's pairs pre-heated to the mean die temperature its tasks ended
+    # at in plan 1's run (a backward runs hotter than its device's mean).
+    task_temps = first.execution.meta.get("task_temperature_c", {})
+    in_context = {}
+    for s, i in kernels:
+        temps = [v for t, v in task_temps.items() if t.startswith(f"s{s}/{i}/")]
+        if temps:
+            in_context[f"s{s}_{i}"] = sum(temps) / len(temps)
     table = characterize_jointly(cfg, joint_points(task_composites(cfg, sigs), elements, chosen),
                                  in_context)
     comps = task_composites(cfg, sigs, table)
@@ -632,6 +638,24 @@ def _held(rnd: Round) -> list[str]:
     ]
 
 
+def composed_choices(plan: Any, problem: Any, table: Any) -> dict[str, list[tuple[OperatingPoint, int]]]:
+    """Per element, the (ω_dev, send SMs k) ``plan`` chose whose co-run the interaction
+    ``table`` has no joint measurement of (the option is composed ⊕ from elements alone)."""
+    from frontier.interaction import PairKey
+
+    opts = {t.name: t.options for t in problem.tasks}
+    out: dict[str, set[tuple[OperatingPoint, int]]] = {}
+    for t in plan.tasks:
+        o = opts[t.name][t.option]
+        kind = t.name.rsplit("/", 1)[0]
+        e = kind.replace("/", "_")
+        k = int(o.omega.sm_count)
+        key = PairKey.of(e, SM_TOTAL - k, "p2p_send", k, o.omega.dev)
+        if table is None or table.lookup(key) is None:
+            out.setdefault(e, set()).add((o.omega.dev, k))
+    return {e: sorted(v, key=lambda p: (p[0], p[1])) for e, v in out.items()}
+
+
 def _still_flagged(r: DemoResult) -> list[str]:
     """Where plan 2's remaining deviation comes from (said, not hidden)."""
     f2 = r.second
@@ -640,25 +664,16 @@ def _still_flagged(r: DemoResult) -> list[str]:
     what = "+".join(s for s, f in (("T", dv.flagged_time), ("E", dv.flagged_energy)) if f)
     charged = [f2.problem.index.power[d] for d in f2.problem.index.devices]
     own = list(planned_bubble_power(f2.plan, f2.problem, r.ready_power_w).values())
-    from frontier.interaction import PairKey
-
     chosen = {(t.name.rsplit("/", 1)[0], t.option) for t in f2.plan.tasks}
-    opts = {t.name.rsplit("/", 1)[0]: t.options for t in f2.problem.tasks}
-    n_joint = 0
-    for kind, j in chosen:
-        o = opts[kind][j]
-        k = int(o.omega.sm_count)
-        key = PairKey.of(kind.replace("/", "_"), SM_TOTAL - k, "p2p_send", k, o.omega.dev)
-        n_joint += r.interaction is not None and r.interaction.lookup(key) is not None
-    composed = chosen
+    n_composed = sum(len(v) for v in composed_choices(f2.plan, f2.problem, r.interaction).values())
     return [
         f"   still FLAGGED on {what}: tasks (simulator's per-task truth − planned) {a['tasks_j']:+.2f} J, "
         f"busy {a['busy_s'] * 1e3:+.2f} ms; idle/switch/counter {a['rest_j']:+.2f} J",
         f"   traced to: bubbles charged {min(charged):.1f}–{max(charged):.1f} W, plan 2's own waits "
-        f"at {min(own):.1f}–{max(own):.1f} W; {len(composed) - n_joint} of "
-        f"{len(composed)} chosen (task, option) composed ⊕ (measured alone, cool); heat: the joint "
-        "pairs were pre-heated to each GPU's mean temperature in plan 1's run, but a task at a "
-        "high clock runs hotter than that mean and throttles at its power cap",
+        f"at {min(own):.1f}–{max(own):.1f} W; {n_composed} of {len(chosen)} chosen (task, option) "
+        "composed ⊕ (measured alone, cool); heat: the joint pairs were pre-heated to the mean "
+        "temperature their tasks ended at in plan 1's run, and a task runs hotter or cooler than "
+        "that mean with what ran before it",
     ]
 
 
@@ -708,7 +723,7 @@ def report(r: DemoResult) -> str:
                  "(re-planned once at plan 2's own waits when they differ); "
                  f"{len(joint)} pair(s) compute ∥ send measured jointly ({len(r.interaction)} co-run "
                  "signatures: the options on each pair's frontier and those plan 1 chose, pre-heated to "
-                 "the temperature each GPU held in plan 1's run)")
+                 "the temperature their tasks ran at in plan 1's run)")
     rec = r.record
     if rec is not None:
         lines.append(f"   options: {len(rec.measured)} from joint measurements, {len(rec.composed)} composed "

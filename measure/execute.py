@@ -605,8 +605,10 @@ class _Runner:
     works: list[TaskWork | CallableWork]
     gpus: Mapping[str, Device]
     ops: list[OperatingPoint]
-    #: die temperature at the end of each task of the measured steps, per device, °C
+    #: die temperature at the end of each task of the measured steps, per device and per
+    #: task name, °C
     temps_c: dict[str, list[float]] = field(default_factory=dict)
+    task_temps_c: dict[str, list[float]] = field(default_factory=dict)
 
     def first_op(self, d: str) -> OperatingPoint | None:
         seq = self.problem.index.dev_seq.get(d, [])
@@ -650,7 +652,9 @@ class _Runner:
             end[v] = gpu.time_s() - origin[d]
             e1 = _true(gpu)
             if k >= 0:
-                self.temps_c.setdefault(d, []).append(float(gpu.temperature_c()))
+                temp = float(gpu.temperature_c())
+                self.temps_c.setdefault(d, []).append(temp)
+                self.task_temps_c.setdefault(self.problem.tasks[v].name, []).append(temp)
             finish[d] = end[v]
             t = self.problem.tasks[v]
             runs.append(TaskRun(k, t.name, d, self.choice[v], t.options[self.choice[v]].label,
@@ -777,6 +781,7 @@ def run_plan(plan: Any, problem: Any, work: WorkTable, *, seed: int = 0,
         tasks=tuple(tasks), windows=tuple(windows), switches_s=switches, planned_switch_s=planned_sw,
         meta={"ready_power_w": ready_w, "protocol": protocol.to_dict(),
               "temperature_c": {d: float(np.mean(v)) for d, v in runner.temps_c.items() if v},
+              "task_temperature_c": {t: float(np.mean(v)) for t, v in runner.task_temps_c.items()},
               "step_energies_j": step_e, "step_times_s": step_t, "planned_tasks": planned_tasks,
               "bonferroni_devices": len(names),
               "device_time": "finish of the device's last task; energy over the whole step"})
