@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from frontier.h200 import shared_data_dir
 from frontier.io import write_json_atomic, write_text_atomic  # noqa: F401  (re-exported for the studies)
+from measure.replay import shared_data_dir
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 

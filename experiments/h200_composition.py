@@ -20,7 +20,6 @@ from matplotlib.figure import Figure
 from frontier.deviation import DeviationResult, deviation
 from frontier.errors import EnergyCalculusError
 from frontier.h200 import (
-    default_measurements_path,
     element_signatures,
     load_measurements,
     measured_signature,
@@ -29,6 +28,7 @@ from frontier.h200 import (
 )
 from frontier.io import write_json_atomic
 from frontier.plot import save_figure
+from measure.replay import H200_MEASUREMENTS, shared_data_dir
 
 OUT_DEFAULT = Path(__file__).resolve().parent / "results"
 
@@ -116,7 +116,7 @@ def save_figure_atomic(fig: Figure, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=default_measurements_path(),
+    ap.add_argument("--data", type=Path, default=shared_data_dir() / H200_MEASUREMENTS,
                     help="measurements.json (default: ../shared/data/h200/measurements.json)")
     ap.add_argument("--alpha", type=float, default=0.05, help="significance level of Eq. 23")
     ap.add_argument("--out", type=Path, default=OUT_DEFAULT, help="output folder")

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from frontier.errors import EnergyCalculusError
-from frontier.h200 import default_measurements_path, load_measurements
+from frontier.h200 import load_measurements
 from frontier.io import write_json_atomic
 from measure.calibration import (
     COMPOSITES,
@@ -40,6 +40,7 @@ from measure.calibration import (
     corun_table,
     simulate_composites,
 )
+from measure.replay import H200_MEASUREMENTS, shared_data_dir
 from measure.sim import H200, with_spec
 
 OUT_DEFAULT = Path(__file__).resolve().parent / "results"
@@ -87,7 +88,7 @@ def _markdown(rows: list[dict[str, Any]], fitted: float | None, data: Path, seed
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=default_measurements_path(),
+    ap.add_argument("--data", type=Path, default=shared_data_dir() / H200_MEASUREMENTS,
                     help="measurements.json (default: ../shared/data/h200/measurements.json)")
     ap.add_argument("--seed", type=int, default=0, help="simulator seed")
     ap.add_argument("--out", type=Path, default=OUT_DEFAULT, help="output folder")

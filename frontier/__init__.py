@@ -2,6 +2,7 @@
 uncertainty, deviation tests, Pareto frontiers and their composition. Pure (numpy/scipy/matplotlib).
 """
 
+from .codec import signature_from_dict, signature_to_dict
 from .compose import clark_max, idle, par, par_multi, repeat, seq
 from .dag import DagSchedule, TransitionUse, dag, dag_schedule
 from .deviation import DeviationResult, LocalizationResult, critical_value, deviation, prefix_scan
@@ -27,8 +28,6 @@ from .pareto import (
     compose_seq,
     pareto_frontier,
     point_label,
-    signature_from_dict,
-    signature_to_dict,
     thin,
 )
 from .signature import Signature, Term
@@ -47,7 +46,8 @@ __all__ += [
     "TransitionTable",
 ]
 
-# Deviation checks (Eq. 23), DAG accounting and file formats (H200 data: ``frontier.h200``).
+# Deviation checks (Eq. 23), DAG accounting and file formats (one signature codec:
+# ``frontier.codec``; H200 data parsing: ``frontier.h200``, located by ``measure.replay``).
 __all__ += [
     "deviation", "critical_value", "prefix_scan", "DeviationResult", "LocalizationResult",
     "dag", "dag_schedule", "DagSchedule", "TransitionUse",

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -160,16 +160,40 @@ def _check_map(m: Mapping[str, float] | None, what: str, known: set[str] | None)
     return out
 
 
-def _find_cycle(remaining: set[str], succ: Mapping[str, list[str]]) -> list[str]:
-    # Every node left after Kahn's algorithm lies on or leads into a cycle: walk until a repeat.
-    node = min(remaining)
-    path: list[str] = []
-    seen: dict[str, int] = {}
-    while node not in seen:
-        seen[node] = len(path)
-        path.append(node)
-        node = next(s for s in succ[node] if s in remaining)
-    return path[seen[node]:] + [node]
+def find_cycle(nodes: Iterable[Any], succ: Mapping[Any, Iterable[Any]] | Sequence[Iterable[Any]]
+               ) -> list[Any]:
+    """A directed cycle ``[v0, v1, ..., vk]`` (``vk → v0`` closes it) of the graph whose
+    successors of ``v`` are ``succ[v]``, searched depth first from ``nodes`` in order; ``[]``
+    when there is none. Iterative, so a long chain needs no recursion.
+
+    >>> find_cycle(["a", "b", "c"], {"a": ["b"], "b": ["c"], "c": ["b"]})
+    ['b', 'c']
+    """
+    on_path, done = set(), set()
+    parent: dict[Any, Any] = {}
+    end = object()
+    for root in nodes:
+        if root in done:
+            continue
+        on_path.add(root)
+        stack = [(root, iter(succ[root]))]
+        while stack:
+            v, it = stack[-1]
+            w = next(it, end)
+            if w is end:
+                on_path.discard(v)
+                done.add(v)
+                stack.pop()
+            elif w in on_path:
+                cyc = [v]
+                while cyc[-1] != w:
+                    cyc.append(parent[cyc[-1]])
+                return cyc[::-1]
+            elif w not in done:
+                on_path.add(w)
+                parent[w] = v
+                stack.append((w, iter(succ[w])))
+    return []
 
 
 def _topo_order(names: list[str], deps: list[tuple[str, str]]) -> list[str]:
@@ -190,8 +214,8 @@ def _topo_order(names: list[str], deps: list[tuple[str, str]]) -> list[str]:
             if indeg[s] == 0:
                 heapq.heappush(ready, idx[s])
     if len(order) < len(names):
-        cyc = _find_cycle(set(names) - set(order), succ)
-        raise CompositionError(f"dag: dependency cycle {' -> '.join(repr(c) for c in cyc)}")
+        cyc = find_cycle(names, succ)
+        raise CompositionError(f"dag: dependency cycle {' -> '.join(repr(c) for c in cyc + cyc[:1])}")
     return order
 
 

@@ -1,6 +1,8 @@
 """Signatures and composition predictions from the real H200 measurements (``data/h200``).
 
-Pure functions over the parsed ``measurements.json`` dict (see ``data/README.md``):
+Pure functions over the parsed ``measurements.json`` dict (see ``data/README.md``), or the
+path of that file given to :func:`load_measurements`; this module never looks for the file
+(:func:`measure.replay.shared_data_dir` does):
 
 * each element's per-invocation signature comes from its measurement windows (T and E per
   invocation = window totals / n) with :meth:`Signature.from_runs`, so its variances are those
@@ -30,28 +32,14 @@ from .errors import FormatError
 from .operating_point import OperatingPoint
 from .signature import Signature
 
-#: Environment variable that overrides where the shared data folder is.
-DATA_ENV = "ECAL_SHARED_DATA"
 
-
-def shared_data_dir() -> Path:
-    """``$ECAL_SHARED_DATA`` if set, else ``../shared/data`` next to the repository root."""
-    env = os.environ.get(DATA_ENV)
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[1].parent / "shared" / "data"
-
-
-def default_measurements_path() -> Path:
-    """Where ``h200/measurements.json`` is expected."""
-    return shared_data_dir() / "h200" / "measurements.json"
-
-
-def load_measurements(path: str | os.PathLike | None = None) -> dict[str, Any]:
-    """Read the H200 measurement file (errors are :class:`FormatError`)."""
+def load_measurements(path: str | os.PathLike) -> dict[str, Any]:
+    """Read the H200 measurement file at ``path`` (errors are :class:`FormatError`). Finding
+    it is the caller's business: ``measure.replay.data_path(measure.replay.H200_MEASUREMENTS)``
+    locates the shared copy."""
     from .io import read_json
 
-    p = Path(path) if path is not None else default_measurements_path()
+    p = Path(path)
     data = read_json(p)
     for key in ("elements", "compositions", "static_power_W"):
         if key not in data:

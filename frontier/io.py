@@ -23,9 +23,10 @@ or raw runs, turned into a signature by :meth:`Signature.from_runs`::
     {"s_w": 123.0, "runs": {"times_s": [...], "energies_j": [...]}}  # per-invocation T and E per run
 
 A signature file is ``{"schema_version": 1, "units": ..., "signatures": {name: signature}}``.
-:func:`save_signatures` writes with ``frontier.pareto.signature_to_dict``, which adds a
-composite's per-leaf sensitivities (``composed``, ``terms``, bias bookkeeping), so a composite
-loaded back still shares error with its leaves; readers accept both forms.
+Both directions use the one codec, :mod:`frontier.codec`: :func:`save_signatures` writes every
+field (a composite's per-leaf sensitivities ``composed``/``terms`` and bias bookkeeping
+included, so a composite loaded back still shares error with its leaves), and the reader takes
+that as well as every hand-written form above.
 
 **Workbook** (``ecal compose`` / ``ecal check``): a signature file plus an optional
 ``"defaults"`` object (fields merged under every signature, e.g. ``{"s_w": 80, "devices":
@@ -75,6 +76,20 @@ from typing import Any
 
 import numpy as np
 
+from .codec import (
+    LEAF_FIELDS,
+    _got,
+    _int,
+    _list,
+    _num,
+    _obj,
+    _runs,
+    _sd_pair,
+    _unknown,
+    number_field,  # noqa: F401  (re-exported: callers import it from here)
+    signature_from_dict,
+    signature_to_dict,
+)
 from .compose import MAX_REPEAT, par, par_multi, repeat, seq
 from .compose import idle as idle_element
 from .deviation import DeviationResult, critical_value, deviation
@@ -336,79 +351,7 @@ def check_unique_rows(file: str, keyed: Iterable[tuple[CsvRow, Any, str]], what:
                               f"give one row per {what}")
 
 
-# -- field readers ------------------------------------------------------------------------------
-
-def _got(v: Any) -> str:
-    if isinstance(v, int) and not isinstance(v, bool) and abs(v) > 10**30:
-        return f"an integer of {len(str(abs(v))) if abs(v) < 10**4000 else 'over 4000'} digits"
-    try:
-        return json.dumps(v)[:80]
-    except (TypeError, ValueError):
-        return repr(v)[:80]
-
-
-def _num(file: str, path: str, v: Any, nonneg: bool = True, positive: bool = False) -> float:
-    kind = "a positive" if positive else "a non-negative" if nonneg else "a"
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise FormatError(file, path, f"must be {kind} number, got {_got(v)}")
-    try:
-        fv = float(v)
-    except OverflowError:
-        raise FormatError(file, path, f"must be {kind} number, got {_got(v)} (overflows a float)") from None
-    if not math.isfinite(fv):
-        raise FormatError(file, path, f"must be {kind} finite number, got {_got(v)}")
-    if (positive and fv <= 0) or (nonneg and fv < 0):
-        raise FormatError(file, path, f"must be {kind} number, got {_got(v)}")
-    return fv
-
-
-#: Largest integer a count field (n, sm_total) takes: integers beyond 2**53 lose exactness
-#: as floats, and no count of runs or SMs comes near it.
-_INT_MAX = 2**53
-
-
-def number_field(file: str, path: str, v: Any, nonneg: bool = True, positive: bool = False) -> float:
-    """A JSON number field as a finite float (>= 0 when ``nonneg``, > 0 when ``positive``).
-    Bools, strings, NaN, inf and integers that overflow a float are a :class:`FormatError`
-    naming ``file`` and ``path``."""
-    return _num(file, path, v, nonneg, positive)
-
-
-def _int(file: str, path: str, v: Any, minimum: int = 1, maximum: int = _INT_MAX,
-         integral_float: bool = True) -> int:
-    """An integer field in [``minimum``, ``maximum``]; ``integral_float`` also accepts 3.0 for
-    3. Bools, NaN, inf and overflowing values are refused."""
-    bound = f" and <= {maximum:.3g}"
-    bad = FormatError(file, path, f"must be an integer >= {minimum}{bound}, got {_got(v)}")
-    if isinstance(v, bool):
-        raise bad
-    if isinstance(v, float):
-        if not (integral_float and math.isfinite(v) and v == int(v)):
-            raise bad
-        v = int(v)
-    if not isinstance(v, int) or v < minimum or v > maximum:
-        raise bad
-    return v
-
-
-def _obj(file: str, path: str, v: Any) -> dict:
-    if not isinstance(v, dict):
-        raise FormatError(file, path, f"must be an object, got {_got(v)}")
-    return v
-
-
-def _list(file: str, path: str, v: Any, nonempty: bool = True) -> list:
-    if not isinstance(v, list) or (nonempty and not v):
-        raise FormatError(file, path, f"must be a {'non-empty ' if nonempty else ''}list, got {_got(v)}")
-    return v
-
-
-def _unknown(file: str, path: str, d: Mapping, allowed: Iterable[str]) -> None:
-    extra = sorted(set(d) - set(allowed))
-    if extra:
-        raise FormatError(file, f"{path}.{extra[0]}" if path else extra[0],
-                          f"unknown field (known: {', '.join(sorted(allowed))})")
-
+# -- file header ------------------------------------------------------------------------------
 
 def _check_header(file: str, doc: Any) -> dict:
     doc = _obj(file, "(top level)", doc)
@@ -426,152 +369,18 @@ def _check_header(file: str, doc: Any) -> dict:
 
 # -- signatures -----------------------------------------------------------------------------------
 
-_SIG_FIELDS = {"name", "s_w", "time_s", "energy_j", "d_j", "sd_time_s", "sd_energy_j", "var_time_s2",
-               "var_energy_j2", "run_sd_time_s", "run_sd_energy_j", "n", "devices", "omega", "kappa",
-               "theta", "meta", "runs", "description", "composed"}
-
-
-def signature_to_dict(sig: Signature) -> dict[str, Any]:
-    """JSON-ready dict of a signature (the format above, with both ``energy_j`` and ``d_j``)."""
-    d: dict[str, Any] = {
-        "s_w": sig.s_w, "time_s": sig.time_s, "energy_j": sig.energy_j, "d_j": sig.d_j,
-        "sd_time_s": sig.sd_time_s, "sd_energy_j": sig.sd_energy_j, "n": sig.n,
-        "devices": sorted(sig.devices),
-    }
-    omega = {k: v for k, v in sig.omega.to_dict().items() if v is not None}
-    if omega:
-        d["omega"] = omega
-    for k in ("kappa", "theta"):
-        if getattr(sig, k) is not None:
-            d[k] = getattr(sig, k)
-    meta = dict(sig.meta)
-    if sig.composed:
-        meta.setdefault("source", "composed")
-    if meta:
-        d["meta"] = json.loads(json.dumps(_finite_json(json.loads(json.dumps(meta, default=_default)))))
-    return d
-
-
-def _sd_pair(file: str, path: str, d: Mapping, what: str, unit: str, n: int) -> float:
-    """Variance of one estimate from sd_*, var_* or run_sd_* (with n)."""
-    keys = [k for k in (f"sd_{what}_{unit}", f"var_{what}_{unit}2", f"run_sd_{what}_{unit}") if k in d]
-    if len(keys) > 1:
-        raise FormatError(file, f"{path}.{keys[1]}", f"give only one of {', '.join(keys)}")
-    if not keys:
-        return 0.0
-    k = keys[0]
-    v = _num(file, f"{path}.{k}", d[k])
-    var = v if k.startswith("var_") else v * v / n if k.startswith("run_sd_") else v * v
-    if not math.isfinite(var):
-        raise FormatError(file, f"{path}.{k}", f"{_got(d[k])} squared overflows a float")
-    return var
-
-
-def _runs(file: str, path: str, runs: Any) -> tuple[list[float], list[float]]:
-    runs = _obj(file, path, runs)
-    _unknown(file, path, runs, ("times_s", "energies_j"))
-    for k in ("times_s", "energies_j"):
-        if k not in runs:
-            raise FormatError(file, f"{path}.{k}", "missing")
-    t = [_num(file, f"{path}.times_s[{i}]", v) for i, v in enumerate(_list(file, f"{path}.times_s", runs["times_s"]))]
-    e = [_num(file, f"{path}.energies_j[{i}]", v) for i, v in enumerate(_list(file, f"{path}.energies_j", runs["energies_j"]))]
-    if len(t) != len(e):
-        raise FormatError(file, path, f"times_s has {len(t)} runs but energies_j has {len(e)}")
-    return t, e
-
-
-def _common_kwargs(file: str, path: str, d: Mapping) -> dict[str, Any]:
-    kw: dict[str, Any] = {}
-    if "devices" in d:
-        devs = d["devices"]
-        devs = [devs] if isinstance(devs, str) else devs
-        devs = _list(file, f"{path}.devices", devs)
-        if not all(isinstance(x, str) and x for x in devs):
-            raise FormatError(file, f"{path}.devices", f"must be a list of device names, got {_got(d['devices'])}")
-        kw["devices"] = frozenset(devs)
-    if "omega" in d:
-        om = _obj(file, f"{path}.omega", d["omega"])
-        for k, v in om.items():
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                _num(file, f"{path}.omega.{k}", v, nonneg=False)   # NaN/inf/overflow, by field
-        try:
-            kw["omega"] = OperatingPoint.from_dict(om)
-        except ValueError as exc:
-            raise FormatError(file, f"{path}.omega", str(exc)) from None
-    for k in ("kappa", "theta"):
-        if d.get(k) is not None:
-            if not isinstance(d[k], str):
-                raise FormatError(file, f"{path}.{k}", f"must be a string, got {_got(d[k])}")
-            kw[k] = d[k]
-    if "meta" in d:
-        kw["meta"] = dict(_obj(file, f"{path}.meta", d["meta"]))
-    return kw
-
-
-def signature_from_dict(d: Any, file: str = "<dict>", path: str = "signature",
-                        name: str | None = None) -> Signature:
-    """Parse one signature (format above). Errors name ``file`` and ``path``."""
-    d = _obj(file, path, d)
-    _unknown(file, path, d, _SIG_FIELDS)
-    nm = name if name is not None else d.get("name", path.rsplit(".", 1)[-1])
-    if not isinstance(nm, str) or not nm:
-        raise FormatError(file, f"{path}.name", f"must be a non-empty string, got {_got(nm)}")
-    if "s_w" not in d:
-        raise FormatError(file, f"{path}.s_w", "missing (static power of the device(s), W)")
-    s = _num(file, f"{path}.s_w", d["s_w"])
-    kw = _common_kwargs(file, path, d)
-    try:
-        if "runs" in d:
-            clash = sorted(set(d) & {"time_s", "energy_j", "d_j", "n", "sd_time_s", "sd_energy_j"})
-            if clash:
-                raise FormatError(file, f"{path}.{clash[0]}", "give either runs or values, not both")
-            t, e = _runs(file, f"{path}.runs", d["runs"])
-            return Signature.from_runs(nm, t, e, s_w=s, **kw)
-        if "time_s" not in d:
-            raise FormatError(file, f"{path}.time_s", "missing")
-        t = _num(file, f"{path}.time_s", d["time_s"])
-        n = _int(file, f"{path}.n", d.get("n", 1))
-        if "energy_j" in d:
-            e = _num(file, f"{path}.energy_j", d["energy_j"])
-            dj = e - s * t
-            if "d_j" in d:
-                given = _num(file, f"{path}.d_j", d["d_j"], nonneg=False)
-                if abs(given - max(dj, 0.0)) > 1e-6 * max(1.0, abs(e)):
-                    raise FormatError(file, f"{path}.d_j", f"{given} disagrees with energy_j - s_w*time_s = {dj}")
-        elif "d_j" in d:
-            dj = _num(file, f"{path}.d_j", d["d_j"], nonneg=False)
-        else:
-            raise FormatError(file, f"{path}.energy_j", "missing (give energy_j or d_j)")
-        vt = _sd_pair(file, path, d, "time", "s", n)
-        ve = _sd_pair(file, path, d, "energy", "j", n)
-        return Signature(nm, s_w=s, time_s=t, d_j=dj, var_time_s2=vt, var_energy_j2=ve, n=n, **kw)
-    except FormatError:
-        raise
-    except EnergyCalculusError as exc:
-        raise FormatError(file, path, str(exc)) from None
-
-
-def _full_codec():
-    """(to_dict, from_dict) of ``frontier.pareto`` when present: it extends this module's leaf
-    format with a composite's per-leaf sensitivities, so composites survive a round trip.
-    Falls back to this module's leaf format."""
-    try:
-        from .pareto import signature_from_dict as full_from
-        from .pareto import signature_to_dict as full_to
-    except ImportError:  # pragma: no cover - pareto is part of the package
-        return signature_to_dict, signature_from_dict
-    return full_to, full_from
+#: Fields a workbook's ``defaults`` may set under every signature.
+_DEFAULT_FIELDS = LEAF_FIELDS - {"name", "runs", "time_s", "energy_j", "d_j"}
 
 
 def _parse_signatures(file: str, doc: Mapping, key: str = "signatures") -> dict[str, Signature]:
     sigs = _obj(file, key, doc.get(key, {}))
     defaults = _obj(file, "defaults", doc.get("defaults", {}))
-    _unknown(file, "defaults", defaults, _SIG_FIELDS - {"name", "runs", "time_s", "energy_j", "d_j"})
-    _, from_dict = _full_codec()
+    _unknown(file, "defaults", defaults, _DEFAULT_FIELDS)
     out: dict[str, Signature] = {}
     for nm, body in sigs.items():
         merged = {**defaults, **_obj(file, f"{key}.{nm}", body)}
-        out[nm] = from_dict(merged, file, f"{key}.{nm}", name=nm)
+        out[nm] = signature_from_dict(merged, file, f"{key}.{nm}", name=nm)
     return out
 
 
@@ -588,9 +397,8 @@ def save_signatures(path: str | os.PathLike, sigs: Mapping[str, Signature] | Ite
         if k in seen:
             raise FormatError(str(path), f"signatures.{k}", "two signatures have this name")
         seen.add(k)
-    to_dict, _ = _full_codec()
     doc = {"schema_version": SCHEMA_VERSION, "units": dict(UNITS),
-           "signatures": {k: to_dict(s) for k, s in items}}
+           "signatures": {k: signature_to_dict(s) for k, s in items}}
     return write_json_atomic(path, doc)
 
 

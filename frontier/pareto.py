@@ -33,10 +33,11 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .codec import _jsonable, signature_from_dict, signature_to_dict
 from .compose import par, par_multi, seq
-from .errors import CompositionError, EnergyCalculusError, FormatError, InvalidSignatureError
+from .errors import CompositionError, EnergyCalculusError, FormatError
 from .operating_point import OperatingPoint
-from .signature import Signature, Term
+from .signature import Signature
 
 Criterion = Literal["TE", "Td", "Tsd"]
 CRITERIA: tuple[str, ...] = ("TE", "Td", "Tsd")
@@ -52,150 +53,6 @@ _UNITS = MappingProxyType({"time": "s", "energy": "J", "power": "W"})  # as in f
 
 class PruningWarning(UserWarning):
     """A frontier pruned with a criterion that is not safe for the operator it is fed to."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Serialization of single signatures (shared with frontier/io.py: one implementation)
-# ---------------------------------------------------------------------------------------------
-
-def _jsonable(v: Any) -> Any:
-    """A JSON-ready copy of metadata (numpy scalars/arrays, tuples, sets, mappings, ω)."""
-    if v is None or isinstance(v, (bool, str)):
-        return v
-    if isinstance(v, (int, np.integer)):
-        return int(v)
-    if isinstance(v, (float, np.floating)):
-        f = float(v)
-        return f if math.isfinite(f) else str(f)
-    if isinstance(v, OperatingPoint):
-        return v.to_dict()
-    if isinstance(v, Mapping):
-        return {str(k): _jsonable(x) for k, x in v.items()}
-    if isinstance(v, (set, frozenset)):
-        return sorted((_jsonable(x) for x in v), key=str)
-    if isinstance(v, np.ndarray):
-        return _jsonable(v.tolist())
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
-    return repr(v)
-
-
-_TERM_FIELDS = ("var_time_s2", "var_d_j2", "dT_dT", "dE_dT", "dE_dd")
-_COMPOSED_FLOATS = ("extra_var_time_s2", "extra_var_energy_j2", "bias_sigma_j", "head_sigma_j",
-                    "all_sigma_j", "runtime_sigma_j")
-
-
-def signature_to_dict(sig: Signature) -> dict[str, Any]:
-    """A JSON-ready dict holding every field of ``sig``.
-
-    ``energy_j`` and the standard deviations are included for readers (and checked on load).
-    A composite also carries its per-leaf sensitivities (``terms``) and bias bookkeeping, so a
-    composite loaded back still propagates shared-leaf error correctly when composed further.
-
-    >>> d = signature_to_dict(Signature("g", s_w=100.0, time_s=2.0, d_j=50.0))
-    >>> d["energy_j"], d["devices"], d["omega"]["sm_clock_mhz"]
-    (250.0, ['gpu0'], None)
-    """
-    out: dict[str, Any] = {
-        "name": sig.name,
-        "s_w": sig.s_w,
-        "time_s": sig.time_s,
-        "d_j": sig.d_j,
-        "energy_j": sig.energy_j,
-        "var_time_s2": sig.var_time_s2,
-        "var_energy_j2": sig.var_energy_j2,
-        "sd_time_s": sig.sd_time_s,
-        "sd_energy_j": sig.sd_energy_j,
-        "n": sig.n,
-        "devices": sorted(sig.devices),
-        "omega": sig.omega.to_dict(),
-        "kappa": sig.kappa,
-        "theta": sig.theta,
-        "meta": _jsonable(dict(sig.meta)),
-        "composed": bool(sig.composed),
-    }
-    if sig.composed:
-        out["terms"] = {k: {f: getattr(t, f) for f in _TERM_FIELDS} for k, t in sig.terms.items()}
-        for f in _COMPOSED_FLOATS:
-            out[f] = getattr(sig, f)
-    return out
-
-
-def _num(d: Mapping, key: str, file: str, path: str, *, required: bool = False) -> float | None:
-    if key not in d or d[key] is None:
-        if required:
-            raise FormatError(file, f"{path}.{key}", "is required")
-        return None
-    v = d[key]
-    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
-        raise FormatError(file, f"{path}.{key}", f"must be a finite number, got {v!r}")
-    try:
-        f = float(v)
-    except OverflowError:      # an int beyond the float range (e.g. 10**400)
-        raise FormatError(file, f"{path}.{key}", "overflows a float") from None
-    if not math.isfinite(f):
-        raise FormatError(file, f"{path}.{key}", f"must be a finite number, got {v!r}")
-    return f
-
-
-def signature_from_dict(d: Any, file: str = "<dict>", path: str = "signature",
-                        name: str | None = None) -> Signature:
-    """Inverse of :func:`signature_to_dict`, validating every field.
-
-    Reads everything the signature-file reader :func:`frontier.io.signature_from_dict` reads
-    (it does the leaf parsing: ``energy_j`` or ``d_j``, ``sd_*``/``var_*``/``run_sd_*``,
-    ``runs``, ``n``, ``devices``, ``omega``, ``kappa``, ``theta``, ``meta``), plus what this
-    module's writer adds: both ``var_*`` and ``sd_*`` (the exact variances win; they must
-    agree), both ``energy_j`` and ``d_j`` (``d_j`` is used as written, so a round trip keeps
-    the leaf's identity), and for a composite ``composed``/``terms``/bias bookkeeping.
-    Errors are :class:`FormatError` naming ``file`` and the path of the bad field, e.g.
-    ``points[3].time_s: must be a non-negative number, got "fast"``.
-    """
-    from .io import signature_from_dict as leaf_from_dict  # lazy: io may import this module
-
-    if not isinstance(d, Mapping):
-        raise FormatError(file, path, f"must be an object (a signature), got {type(d).__name__}")
-    d = dict(d)
-    comp = {k: d.pop(k) for k in ("composed", "terms", *_COMPOSED_FLOATS) if k in d}
-    for what, unit in (("time", "s"), ("energy", "j")):
-        var_k, sd_k = f"var_{what}_{unit}2", f"sd_{what}_{unit}"
-        if var_k in d and sd_k in d:
-            v, sd = _num(d, var_k, file, path), _num(d, sd_k, file, path)
-            if v is not None and sd is not None and abs(sd * sd - v) > 1e-9 * max(v, sd * sd) + 1e-300:
-                raise FormatError(file, f"{path}.{sd_k}", f"{sd!r} disagrees with {var_k} = {v!r}")
-            d.pop(sd_k)
-    if "d_j" in d and "energy_j" in d and "runs" not in d:
-        e, dj = _num(d, "energy_j", file, path), _num(d, "d_j", file, path)
-        sw, t = _num(d, "s_w", file, path), _num(d, "time_s", file, path)
-        if None not in (e, dj, sw, t):
-            expect = sw * t + max(dj, 0.0)
-            if abs(e - expect) > 1e-6 * max(1.0, abs(e)):
-                raise FormatError(file, f"{path}.energy_j",
-                                  f"{e!r} J disagrees with s_w*time_s + d_j = {expect!r} J")
-            d.pop("energy_j")
-    leaf = leaf_from_dict(d, file, path, name=name)
-    composed = comp.get("composed", False)
-    if not isinstance(composed, bool):
-        raise FormatError(file, f"{path}.composed", f"must be true or false, got {composed!r}")
-    if comp.get("terms") is not None and not composed:
-        raise FormatError(file, f"{path}.terms", "only a composed signature carries terms")
-    if not composed:
-        return leaf
-    raw = comp.get("terms")
-    if not isinstance(raw, Mapping) or not raw:
-        raise FormatError(file, f"{path}.terms", "a composed signature needs its terms: a non-empty "
-                                                 "object keyed by measured leaf")
-    terms = {}
-    for k, tv in raw.items():
-        tp = f"{path}.terms.{k}"
-        if not isinstance(tv, Mapping):
-            raise FormatError(file, tp, "must be an object")
-        terms[str(k)] = Term(*(_num(tv, f, file, tp, required=True) for f in _TERM_FIELDS))
-    extra = {f: v for f in _COMPOSED_FLOATS if (v := _num(comp, f, file, path)) is not None}
-    try:
-        return replace(leaf, composed=True, terms=terms, **extra)
-    except InvalidSignatureError as exc:  # pragma: no cover - leaf already validated
-        raise FormatError(file, path, str(exc)) from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -380,11 +237,16 @@ class Frontier:
 # Pruning
 # ---------------------------------------------------------------------------------------------
 
-def _nondominated(*cols: np.ndarray, block: int = 512) -> np.ndarray:
+def nondominated(*cols: np.ndarray, block: int = 512) -> np.ndarray:
     """Indices of the points not weakly dominated by another (≤ in every column), keeping the
-    first of exact ties, in lexicographic order of ``cols`` (first column primary).
+    first of exact ties, in lexicographic order of ``cols`` (first column primary): the one
+    dominance pruning of frontiers and of the solvers' partial plans.
 
-    2 columns: sort + sweep, O(n log n). More: blockwise numpy against the kept set."""
+    2 columns: sort + sweep, O(n log n). More: blockwise numpy against the kept set.
+
+    >>> nondominated(np.array([2.0, 1.0, 3.0, 1.0]), np.array([5.0, 9.0, 4.0, 9.0])).tolist()
+    [1, 0, 2]
+    """
     n = len(cols[0])
     if n == 0:
         return np.zeros(0, dtype=np.intp)
@@ -438,9 +300,9 @@ def _prune_idx(sigs: Sequence[Signature], criterion: str) -> np.ndarray:
     """Indices of ``sigs`` kept by ``criterion``, in time order."""
     t = np.array([s.time_s for s in sigs])
     if criterion == "TE":
-        idx = _nondominated(t, np.array([s.energy_j for s in sigs]))
+        idx = nondominated(t, np.array([s.energy_j for s in sigs]))
     elif criterion == "Tsd":
-        idx = _nondominated(t, np.array([s.s_w for s in sigs]), np.array([s.d_j for s in sigs]))
+        idx = nondominated(t, np.array([s.s_w for s in sigs]), np.array([s.d_j for s in sigs]))
     elif criterion == "Td":
         groups: dict[tuple, list[int]] = {}
         for i, s in enumerate(sigs):
@@ -460,7 +322,7 @@ def _prune_idx(sigs: Sequence[Signature], criterion: str) -> np.ndarray:
                 cols.append(sw)
             if not np.all(sm == sm[0]):
                 cols.append(sm)
-            parts.append(m[_nondominated(*cols)])
+            parts.append(m[nondominated(*cols)])
         idx = np.concatenate(parts)
     else:
         raise EnergyCalculusError(f"criterion must be one of {CRITERIA}, got {criterion!r}")
@@ -704,7 +566,7 @@ def compose_seq(*frontiers: Frontier | Iterable[Signature], transitions: Any = N
             ct = (t[:, None] + tb[None, :]).ravel()
             ce = (e[:, None] + eb[None, :]).ravel()
             ia, ib = np.divmod(np.arange(ct.size), len(tb))
-            idx = _nondominated(ct, ce)
+            idx = nondominated(ct, ce)
             idx = idx[thinning.cap(ct[idx], ce[idx])]
             t, e = ct[idx], ce[idx]
             path = np.concatenate([path[ia[idx]], ib[idx, None]], axis=1)
@@ -786,7 +648,7 @@ def compose_seq(*frontiers: Frontier | Iterable[Signature], transitions: Any = N
     fe = np.concatenate([st[1] for st in states])
     fst = np.concatenate([st[3] for st in states])
     fpt = np.concatenate([st[4] for st in states])
-    idx = _nondominated(ft, fe)
+    idx = nondominated(ft, fe)
     idx = idx[thinning.cap(ft[idx], fe[idx])]
     out = []
     for j in idx:
@@ -823,7 +685,7 @@ def _prune_tes(t: np.ndarray, e: np.ndarray, s: np.ndarray) -> np.ndarray:
     """Undominated in (T, E), or (T, E, s) when s varies; sorted by (T, E)."""
     if len(t) == 0:
         return np.zeros(0, dtype=np.intp)
-    idx = _nondominated(t, e) if np.all(s == s[0]) else _nondominated(t, e, s)
+    idx = nondominated(t, e) if np.all(s == s[0]) else nondominated(t, e, s)
     return idx[np.lexsort((e[idx], t[idx]))]
 
 
@@ -889,7 +751,7 @@ def compose_par(*frontiers: Frontier | Iterable[Signature], sm_total: int | None
                 cols.append(csm)
             if cs.size and not np.all(cs == cs[0]):
                 cols.append(cs)
-            idx = _nondominated(*cols) if ct.size else np.zeros(0, dtype=np.intp)
+            idx = nondominated(*cols) if ct.size else np.zeros(0, dtype=np.intp)
             t, d, s, sm = ct[idx], cd[idx], cs[idx], csm[idx]
             path = np.concatenate([path[ia[idx]], ib[idx, None]], axis=1)
         if len(t) == 0:
@@ -902,7 +764,7 @@ def compose_par(*frontiers: Frontier | Iterable[Signature], sm_total: int | None
                else f"no combination of SM allocations fits sm_total={sm_total}")
         raise CompositionError(f"compose_par: no feasible combination: {why}")
     ft, fe = np.concatenate(res_t), np.concatenate(res_e)
-    idx = _nondominated(ft, fe)
+    idx = nondominated(ft, fe)
     idx = idx[thinning.cap(ft[idx], fe[idx])]
     out = []
     for j in idx:
@@ -963,7 +825,7 @@ def compose_par_multi(*frontiers: Frontier | Iterable[Signature], name: str | No
     ss = np.sum(np.stack([arrs[i][1][choice[:, i]] for i in range(len(arrs))], axis=1), axis=1)
     dd = np.sum(np.stack([arrs[i][2][choice[:, i]] for i in range(len(arrs))], axis=1), axis=1)
     ee = ss * tt + dd
-    idx = _nondominated(tt, ee)
+    idx = nondominated(tt, ee)
     idx = idx[thinning.cap(tt[idx], ee[idx])]
     out = []
     for j in idx:

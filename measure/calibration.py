@@ -28,7 +28,9 @@ def compare_to_h200(data: Mapping[str, Any] | None = None, seed: int = 0,
     if data is None:
         from frontier.h200 import load_measurements
 
-        data = load_measurements()
+        from .replay import H200_MEASUREMENTS, shared_data_dir
+
+        data = load_measurements(shared_data_dir() / H200_MEASUREMENTS)
     gpu = SimulatedGPU(seed=seed)
     ready_data = data["static_power_W"]["ready_idle_context_alive_1980MHz"]
     ready_sim = measure_ready_power_w(gpu)
@@ -149,8 +151,10 @@ def compare_composites_to_h200(data: Mapping[str, Any] | None = None, seed: int 
         static_power_w,
     )
 
+    from .replay import H200_MEASUREMENTS, shared_data_dir
+
     if data is None:
-        data = load_measurements()
+        data = load_measurements(shared_data_dir() / H200_MEASUREMENTS)
     s = static_power_w(data)
     real_sigs = element_signatures(data)
     real = {c["name"]: c for c in data["compositions"]}

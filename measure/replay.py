@@ -34,7 +34,9 @@ once: windows with the same name at different ``start_time`` are runs of one sig
 and variance of the mean); the same window at the same start time is a duplicate.
 
 Files live under :func:`shared_data_dir` (``../shared/data`` next to the repository root;
-``$ECAL_SHARED_DATA`` overrides); a missing file is a clear :class:`DeviceError`.
+``$ECAL_SHARED_DATA`` overrides): the one place that locates recorded data (``frontier`` only
+parses what it is given). :func:`data_path` resolves a file there; a missing one is a clear
+:class:`DeviceError`.
 """
 
 from __future__ import annotations
@@ -47,7 +49,6 @@ from pathlib import Path
 from typing import Any
 
 from frontier.errors import FormatError
-from frontier.h200 import shared_data_dir
 from frontier.io import CsvRow, check_unique_rows, csv_number, read_csv
 from frontier.operating_point import OperatingPoint
 from frontier.signature import Signature
@@ -55,6 +56,20 @@ from frontier.signature import Signature
 from .device import Device, DeviceError, OperatingSet, ReadOnlyError, UnsupportedSettingError
 
 Signatures = dict[str, list[Signature]]
+
+#: Environment variable that overrides where the shared data folder is.
+DATA_ENV = "ECAL_SHARED_DATA"
+#: The real H200 measurements, relative to :func:`shared_data_dir` (see ``data/README.md``).
+H200_MEASUREMENTS = "h200/measurements.json"
+
+
+def shared_data_dir() -> Path:
+    """The shared data folder: ``$ECAL_SHARED_DATA`` if set, else ``../shared/data`` next to
+    the repository root. It may not exist (data is never bundled); :func:`data_path` says so."""
+    env = os.environ.get(DATA_ENV)
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
 def data_path(relative: str | os.PathLike) -> Path:
@@ -64,7 +79,7 @@ def data_path(relative: str | os.PathLike) -> Path:
         p = shared_data_dir() / p
     if not p.exists():
         raise DeviceError(f"recorded data not found: {p} (the shared data folder is "
-                          f"{shared_data_dir()}; set ECAL_SHARED_DATA to point elsewhere)")
+                          f"{shared_data_dir()}; set {DATA_ENV} to point elsewhere)")
     return p
 
 
@@ -99,7 +114,7 @@ def load_h200(path: str | os.PathLike | None = None) -> Signatures:
     """The 16 H200 elements (per-invocation, variances of the mean over windows); s = ready power."""
     from frontier.h200 import element_signatures, load_measurements, static_power_w
 
-    p = data_path(path or "h200/measurements.json")
+    p = data_path(path or H200_MEASUREMENTS)
     data = load_measurements(p)
     s = static_power_w(data)
     return {name: [sig.with_(meta={**sig.meta, "static_power_assumption":

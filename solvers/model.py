@@ -27,10 +27,11 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
+from frontier.dag import find_cycle
 from frontier.errors import EnergyCalculusError
 from frontier.operating_point import OperatingPoint
 from frontier.signature import Signature, Term
@@ -53,18 +54,11 @@ class SolverUnavailableError(EnergyCalculusError):
     ``highspy``)."""
 
 
-class TransitionCost(Protocol):
-    """Anything that prices switching ω_dev: ``cost(frm, to) -> (time_s, energy_j)``
-    (e.g. ``frontier.transition.TransitionTable`` or :class:`ConstantTransition`)."""
-
-    def cost(self, frm: Any, to: Any) -> tuple[float, float]:  # pragma: no cover - protocol
-        ...
-
-
 @dataclass(frozen=True)
 class ConstantTransition:
     """Every change of ω_dev costs ``time_s`` and ``energy_j`` (total energy of the switch);
-    no change costs nothing."""
+    no change costs nothing. A :class:`frontier.dag.TransitionCost`, like
+    ``frontier.transition.TransitionTable``."""
 
     time_s: float
     energy_j: float = 0.0
@@ -295,33 +289,6 @@ def _terms_from(where: str, o: Mapping) -> LeafTerms:
         terms[str(k)] = Term(*vals)
     return LeafTerms(terms, _num(where, "extra_var_time_s2", o.get("extra_var_time_s2", 0.0), minimum=None),
                      _num(where, "extra_var_energy_j2", o.get("extra_var_energy_j2", 0.0), minimum=None))
-
-
-def _find_cycle(n: int, succ: list[list[int]]) -> list[int]:
-    """A cycle in a graph known to have one (iterative DFS, colours)."""
-    colour = [0] * n
-    parent = [-1] * n
-    for root in range(n):
-        if colour[root]:
-            continue
-        stack = [(root, iter(succ[root]))]
-        colour[root] = 1
-        while stack:
-            v, it = stack[-1]
-            w = next(it, None)
-            if w is None:
-                colour[v] = 2
-                stack.pop()
-            elif colour[w] == 0:
-                colour[w] = 1
-                parent[w] = v
-                stack.append((w, iter(succ[w])))
-            elif colour[w] == 1:
-                cyc = [v]
-                while cyc[-1] != w:
-                    cyc.append(parent[cyc[-1]])
-                return cyc[::-1]
-    return []
 
 
 @dataclass(frozen=True)
@@ -684,7 +651,7 @@ class _Index:
                 if indeg[w] == 0:
                     stack.append(w)
         if len(order) < n:
-            cyc = _find_cycle(n, succ)
+            cyc = find_cycle(range(n), succ)
             path = " -> ".join(self.names[i] for i in cyc + cyc[:1])
             raise ProblemError(f"{name}: dependencies (with same-device order) form a cycle: {path}")
         return order

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from frontier.pareto import nondominated
+
 from .model import Problem
 
 
@@ -103,11 +105,8 @@ def sp_tree(p: Problem, max_tasks: int = 2000) -> _Node | None:
 
 
 def _prune(t: np.ndarray, c: np.ndarray, pick: np.ndarray, max_points: int):
-    o = np.lexsort((c, t))
-    t, c, pick = t[o], c[o], pick[o]
-    keep = np.ones(len(t), dtype=bool)
-    keep[1:] = c[1:] < np.minimum.accumulate(c)[:-1]
-    if keep.sum() > max_points:
+    keep = nondominated(t, c)            # by increasing t; exact ties keep the first
+    if len(keep) > max_points:
         raise OverflowError("frontier too large")
     return t[keep], c[keep], pick[keep]
 

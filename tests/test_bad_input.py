@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tracemalloc
@@ -34,7 +33,7 @@ from solvers.pipeline import load_perseus_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_CSV = ROOT / "ecal" / "examples" / "pipeline_4x8.csv"
-SHARED = Path(os.environ.get("ECAL_SHARED_DATA", ROOT.parent / "shared" / "data"))
+SHARED = replay.shared_data_dir()
 BOM = b"\xef\xbb\xbf"
 BILLION = 10**9
 

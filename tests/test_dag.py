@@ -155,13 +155,14 @@ def test_transitions_are_elements_between_tasks():
 
 @pytest.mark.parametrize("deps, match", [
     ([("a", "b"), ("b", "a")], "cycle"),
+    ([("b", "c"), ("c", "b"), ("c", "a")], "cycle 'b' -> 'c' -> 'b'"),   # 'a' only follows it
     ([("a", "zz")], "unknown task 'zz'"),
     ([("a", "a")], "depends on itself"),
     ([("a",)], "pair"),
 ])
 def test_bad_dependencies(deps, match):
     with pytest.raises(CompositionError, match=match):
-        dag({"a": el("a", 1, 1), "b": el("b", 1, 1)}, deps)
+        dag({"a": el("a", 1, 1), "b": el("b", 1, 1), "c": el("c", 1, 1)}, deps)
 
 
 def test_bad_inputs_name_the_task():

@@ -23,7 +23,7 @@ from frontier import (
     pareto_frontier,
     seq,
 )
-from frontier.pareto import _nondominated
+from frontier.pareto import nondominated
 
 W = [OperatingPoint(sm_clock_mhz=c) for c in (1980.0, 1410.0)]
 S_OF = {W[0]: 120.0, W[1]: 90.0}  # static power is the device's, per ω_dev
@@ -33,7 +33,7 @@ def brute_front(combos):
     """Pareto set of (T, E) over all combinations, as a sorted array."""
     t = np.array([c[0] for c in combos], dtype=float)
     e = np.array([c[1] for c in combos], dtype=float)
-    idx = _nondominated(t, e)
+    idx = nondominated(t, e)
     return np.array(sorted(zip(t[idx], e[idx])))
 
 

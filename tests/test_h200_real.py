@@ -16,15 +16,15 @@ import pytest
 from frontier import Signature, seq
 from frontier.deviation import deviation
 from frontier.h200 import (
-    default_measurements_path,
     element_signatures,
     load_measurements,
     measured_signature,
     predict_composition,
     static_power_w,
 )
+from measure.replay import H200_MEASUREMENTS, shared_data_dir
 
-PATH = default_measurements_path()
+PATH = shared_data_dir() / H200_MEASUREMENTS
 pytestmark = pytest.mark.skipif(
     not PATH.exists(),
     reason=f"real H200 data not found at {PATH} (shared data folder ../shared/data is absent; "

@@ -73,14 +73,9 @@ def test_signature_round_trip_keeps_identity(tmp_path):
     back = load_signatures(tmp_path / "s.json")
     assert back["gemm"] == a and back["gemm"].key == a.key
     assert back["gemm"].devices == {"gpu1"} and back["gemm"].kappa == "cuBLAS"
-    # With the full codec (frontier.pareto) a composite keeps its shared-leaf structure:
-    # seq(a, two) has 3 uses of one leaf. The leaf-only fallback stores it as a leaf.
-    from frontier import io
-
-    if io._full_codec()[0] is not io.signature_to_dict:
-        assert seq(back["gemm"], back["two"]).sd_energy_j == pytest.approx(3 * a.sd_energy_j)
-    else:  # pragma: no cover - frontier.pareto absent
-        assert back["two"].sd_energy_j == pytest.approx(c.sd_energy_j)
+    # A composite keeps its shared-leaf structure: seq(a, two) has 3 uses of one leaf.
+    assert back["two"].composed and back["two"].sd_energy_j == pytest.approx(c.sd_energy_j)
+    assert seq(back["gemm"], back["two"]).sd_energy_j == pytest.approx(3 * a.sd_energy_j)
 
 
 def test_signature_from_runs_and_alternative_sd_fields():

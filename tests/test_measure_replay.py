@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from frontier.h200 import shared_data_dir
 from measure import Protocol, characterize
 from measure.device import DeviceError
 from measure.replay import (
@@ -17,6 +16,7 @@ from measure.replay import (
     load_perseus,
     load_zeus_profile,
     load_zeus_trace,
+    shared_data_dir,
 )
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "ecal" / "examples"

@@ -8,14 +8,14 @@ import math
 import numpy as np
 import pytest
 
-from frontier.h200 import default_measurements_path
 from frontier.operating_point import OperatingPoint
 from measure import Protocol, SimKernel, SimulatedGPU, measure_point, preset
 from measure.protocol import measure_ready_power_w
+from measure.replay import H200_MEASUREMENTS, shared_data_dir
 
 
 def _h200():
-    p = default_measurements_path()
+    p = shared_data_dir() / H200_MEASUREMENTS
     if not p.exists():
         pytest.skip(f"shared H200 data not found at {p} (set ECAL_SHARED_DATA)")
     return json.loads(p.read_text())

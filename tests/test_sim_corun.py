@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import pytest
 
-from frontier.h200 import default_measurements_path
 from measure.calibration import (
     COMPOSITES,
     agreement,
@@ -20,9 +19,10 @@ from measure.calibration import (
     simulate_composites,
 )
 from measure.protocol import Protocol, measure_point
+from measure.replay import H200_MEASUREMENTS, shared_data_dir
 from measure.sim import H200, SimulatedGPU, preset, with_spec
 
-PATH = default_measurements_path()
+PATH = shared_data_dir() / H200_MEASUREMENTS
 needs_data = pytest.mark.skipif(
     not PATH.exists(),
     reason=f"real H200 data not found at {PATH} (shared data folder ../shared/data is absent; "

@@ -19,7 +19,7 @@ from frontier import (
     compose_seq,
     seq,
 )
-from frontier.pareto import _nondominated
+from frontier.pareto import nondominated
 from frontier.transition import ASSUMED_SWITCH_TIME_S
 
 A = OperatingPoint(sm_clock_mhz=1980)
@@ -122,7 +122,7 @@ def brute_seq_with_transitions(es, tt, initial=None):
         out.append((t, e))
     t = np.array([x[0] for x in out])
     e = np.array([x[1] for x in out])
-    idx = _nondominated(t, e)
+    idx = nondominated(t, e)
     return np.array(sorted(zip(t[idx], e[idx])))
 
 

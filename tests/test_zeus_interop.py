@@ -15,9 +15,9 @@ import pytest
 
 from ecal.cli import main
 from frontier.errors import FormatError
-from frontier.h200 import shared_data_dir
 from frontier.io import load_signatures
 from measure import replay
+from measure.replay import shared_data_dir
 from measure.zeus import (
     from_measurements,
     load_zeus_monitor_log,
