@@ -37,8 +37,15 @@ one slice (κ, memory clock, SM count):
   points of one limit are repeated measurements of one point: their mean ± k × its standard
   error from their spread (at least :data:`MIN_PLATEAU_POINTS` of them first). The spread is
   used because a capped clock wanders between points more than one point's windows show.
+  As a *dominator* a capped point counts as that plateau at its pessimistic end (mean + k ×
+  standard error, or its own run if worse), and dominates nothing before the plateau's spread
+  is known: one capped run can look a few % faster and cheaper than its setting is on average.
 * Static (ready) power s depends on the set clock only and is non-decreasing and convex in
   it; d = E − s·T follows from the other bounds.
+
+The fastest operating point of every row (:func:`fastest_points`: the top clock at each
+power limit, memory clock and SM count) is always measured, whatever the coarse grid, so a
+deadline of 1× the fastest stays feasible on the adaptive frontier.
 
 Where measured data break these (noise beyond k·σ, a non-convex stretch, a kink) the point's
 value falls outside the bound it had just before it was measured: that is recorded as a
@@ -496,9 +503,11 @@ class _Planner:
         pred, dom = self.thresholds(kappa, op, b)
         # dominated: its best case is weakly dominated (within k·σ) by a measured point
         if self._dom_cache is None or self._dom_cache[0] != len(self.meas):
-            allm = list(self.meas.values())
+            vals = [(m, self._dominator(m, coords)) for m in self.meas.values()]
+            allm = [m for m, v in vals if v is not None]
             self._dom_cache = (len(self.meas), allm,
-                               np.array([[getattr(m.sig, c) for c in coords] for m in allm]))
+                               np.array([v for _, v in vals if v is not None]).reshape(
+                                   len(allm), len(coords)))
         _, allm, allpts = self._dom_cache
         keep = [i for i, m in enumerate(allm)
                 if self.criterion != "Td" or (m.op.dev == op.dev and (m.op.sm_count or 0)
@@ -523,6 +532,26 @@ class _Planner:
                 f"{c} ∈ [{b[c].lo:.4g}, {b[c].hi:.4g}]" for c in coords))
             return "skip", 0.0, SkippedPoint(op, kappa, "predicted", detail, bnds, estimate=est)
         return "measure", ratio, None
+
+    def _dominator(self, m: _Meas, coords: tuple[str, ...]) -> list[float] | None:
+        """The coordinates a measured point dominates others with. Uncapped: its measured
+        values. Capped: the pessimistic end (mean + k × its standard error) of its row's
+        plateau, not its own run: a capped clock wanders between runs more than one run's
+        windows show, so one run can look a few % faster and cheaper than the setting is on
+        average, and would wrongly dominate settings that are better (issue 21: copy_2GiB at
+        400 W, gemm at 550 W). None (it dominates nothing) until the plateau's spread is
+        known (:data:`MIN_PLATEAU_POINTS` capped points in the row)."""
+        if not m.capped:
+            return [float(getattr(m.sig, c)) for c in coords]
+        pl = self._plateau(self._prep(_slice_key(m.kappa, m.op)), m.op)
+        t, e = pl["time_s"], pl["energy_j"]
+        if not (t.bounded and e.bounded):
+            return None
+        s_w = float(m.sig.s_w)
+        worst = {"time_s": max(t.hi, float(m.sig.time_s)),
+                 "energy_j": max(e.hi, float(m.sig.energy_j)), "s_w": s_w,
+                 "d_j": max(float(m.sig.d_j), e.hi - s_w * t.lo, 0.0)}
+        return [worst[c] for c in coords]
 
     def _estimate(self, kappa: str | None, op: OperatingPoint, b: Mapping[str, Interval]) -> Signature:
         ms = self._slice(_slice_key(kappa, op))
@@ -571,6 +600,20 @@ def _even(values: list[float], n: int) -> list[float]:
         return list(values)
     idx = sorted({int(round(i)) for i in np.linspace(0, len(values) - 1, n)})
     return [values[i] for i in idx]
+
+
+def fastest_points(ops: Sequence[OperatingPoint]) -> list[OperatingPoint]:
+    """The fastest operating point of every row of ``ops``: the top SM clock at each value of
+    the other knobs (power limit, memory clock, SM count). T is non-increasing in the clock,
+    so these are the points every deadline of 1× the fastest needs; adaptive characterization
+    always measures them (a capped row can be fastest too: each limit's own top clock)."""
+    top: dict[tuple, OperatingPoint] = {}
+    for op in ops:
+        key = (op.power_limit_w, op.mem_clock_mhz, op.sm_count)
+        best = top.get(key)
+        if best is None or float(op.sm_clock_mhz) > float(best.sm_clock_mhz):  # type: ignore[arg-type]
+            top[key] = op
+    return list(top.values())
 
 
 def default_coarse(grid: Grid, clocks: int | None = None, limits: int = 3) -> list[OperatingPoint]:
@@ -655,6 +698,10 @@ def characterize_adaptive(work: Any, device: Device, grid: str | Grid | Mapping 
     outside = [op for op in coarse_ops if op not in full_set]
     if outside:
         raise AdaptiveError(f"coarse grid point {outside[0].label()} is not in the grid {g.label()}")
+    # every row's fastest operating point is measured, whatever the coarse grid: a deadline of
+    # 1x the fastest must stay feasible on the adaptive frontier
+    fastest_ops = fastest_points(full_ops)
+    coarse_ops = list(dict.fromkeys(list(coarse_ops) + fastest_ops))
     works = dict(work) if isinstance(work, Mapping) else {None: work}
     if not works:
         raise AdaptiveError("characterize_adaptive: no work given")
@@ -738,7 +785,8 @@ def characterize_adaptive(work: Any, device: Device, grid: str | Grid | Mapping 
     sigs = tuple(planner.meas[kp].sig for kp in keys)
     skipped = tuple(final[kp] for kp in points if kp not in planner.meas)
     meta = dict(device.describe())
-    meta.update(grid=g.to_dict(), coarse_points=[o.to_dict() for o in coarse_ops], target_rse=target_rse,
+    meta.update(grid=g.to_dict(), coarse_points=[o.to_dict() for o in coarse_ops],
+                fastest_points=[o.to_dict() for o in fastest_ops], target_rse=target_rse,
                 k_sigma=k_sigma, rel_tol=rel_tol, rel_tol_time=rel_tol_time, s_rse=s_rse,
                 rse_floor=list(planner.rse_floor),
                 assumptions=list(ASSUMPTIONS), protocol=proto.to_dict(),
