@@ -210,6 +210,24 @@ def _short_bench(text: str) -> str:
 
 
 bench_short = _short_bench(bench)
+
+
+def _short_adaptive(path: Path = RES / "adaptive_characterization.md") -> str:
+    """The per-group rows of the adaptive experiment, in the columns a reader compares."""
+    if not path.exists():
+        return "(not run)"
+    text = path.read_text()
+    rows = _table_rows(text.split("## Per group", 1)[1].split("\n## ", 1)[0])
+    want = ["group", "measured/grid", "GPU-s %", "max gap, expected", "max plan gap",
+            "deadlines within 0.3 %, expected"]
+    idx = [rows[0].index(k) for k in want]
+    head = [{"max plan gap": "max gap, measured"}.get(k, k) for k in want]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(want)]
+    out += ["| " + " | ".join(r[i] for i in idx) + " |" for r in rows[2:]]
+    return "\n".join(out)
+
+
+adaptive_short = _short_adaptive()
 route_run_short = "\n".join(ln for ln in o("route_run").splitlines()
                             if not ln.startswith(("  stage", "  step dE")))
 readme = f'''# energy-calculus
@@ -417,6 +435,12 @@ curve does not match or beat:
 
 With `.[highs]` (warm LP re-solves) the same run gives {highs_note}
 (`experiments/results/bench_solvers_highs.md`).
+
+Adaptive characterization (`ecal characterize WORK --adaptive`, docs/adaptive.md) against the
+full grid (`python experiments/adaptive_characterization.py`; simulated H200, and the real
+NV-DVFS sweeps replayed); "expected" judges both plans by the simulator's noise-free values:
+
+{adaptive_short}
 
 ## More
 
