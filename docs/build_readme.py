@@ -514,6 +514,19 @@ $ ecal pareto ecal/examples/pipeline_4x8.csv --plot pareto.png -o pareto.json
 {o("pareto")}
 ```
 
+Every point the curve reports is a plan you can get back and apply. The grid points are whole
+plans in the curve file (`plans[]`); the points interpolated between them keep their choice, an
+option index per task (`dense[].choice`). `--plan-at D` writes the plan of the least-energy
+point that meets D (the energy the curve reports at D); with `--curve FILE` it reads a curve
+written by `-o` instead of computing it again. The plan's `deadline_s` is its point's own (at
+most D). `--schedule`, `ecal run` and `ecal export` take it like `ecal plan`'s. In Python:
+`curve = pareto(problem); plan = curve.plan_at("1.07x")`.
+
+```text
+$ ecal pareto ecal/examples/pipeline_4x8.csv --curve pareto.json --plan-at 1.07x -o plan_at.json
+{o("plan_at")}
+```
+
 A 1 ms clock switch here is priced at the stage's blocking power; the plan holds a clock where
 switching does not pay. Every search is budgeted by work, never by seconds, so the same input
 gives the same plan on any machine and under any load; `--time-limit-s` is only a wall-clock

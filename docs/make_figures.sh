@@ -13,6 +13,8 @@ ecal frontier docs/gemm.json --plot docs/gemm_frontier.png              > docs/o
 ecal plan ecal/examples/pipeline_4x8.csv --deadline 1.05x --transition-time-s 0.001 \
      -o docs/plan.json --plot docs/plan.png --schedule docs/schedule.json > docs/out/plan.txt
 ecal pareto ecal/examples/pipeline_4x8.csv --plot docs/pareto.png -o docs/pareto.json > docs/out/pareto.txt
+ecal pareto ecal/examples/pipeline_4x8.csv --curve docs/pareto.json --plan-at 1.07x \
+     -o docs/plan_at.json                                                 > docs/out/plan_at.txt
 python docs/api_example.py                                              > docs/out/api.txt
 mkdir -p docs/route
 ecal plan ecal/examples/workload_1f1b.json --deadline 1.05x -o docs/route/plan.json \

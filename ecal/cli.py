@@ -73,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
   ecal characterize gemm_bf16_8192 --grid "sm_clock_mhz=1980:1200:-60,power_limit_w=700,500" -o gemm.json
   ecal characterize mytrain:make_fwd mytrain:make_bwd --name s0_fwd --name s0_bwd --device nvml:0 -o s0.json
   ecal characterize copy_2GiB --device nvml:0 --read-only --results sweep.jsonl
+  ecal characterize copy_2GiB --adaptive --grid "sm_clock_mhz=1980:345:-15,power_limit_w=700,400" -o copy.json
 work: a simulated kernel preset name (see --list), or module:attribute (your own code, imported
   from the current folder) on a GPU: a zero-argument work, or a factory that builds it once and
   returns it (a callable returned by the first call marks a factory; see docs/characterize.md)
@@ -103,6 +104,12 @@ several works: ready power is calibrated once per operating point and shared; -o
     p.add_argument("--list", action="store_true", help="list the simulated kernel presets and exit")
     p.add_argument("-o", "--output", default=None, help="signature/frontier file to write (JSON)")
     p.add_argument("--plot", default=None, help="frontier plot to write (PNG; one work only)")
+    p.add_argument("--adaptive", nargs="?", const="TE", default=None, choices=("TE", "Td", "Tsd"),
+                   metavar="TE|Td|Tsd",
+                   help="adaptive characterization: measure a coarse grid, then only the points that "
+                        "can still move the frontier of this criterion (default TE; Td/Tsd: the "
+                        "element is composed under ⊕ / ⊕multi); prints what was measured, what "
+                        "skipped and why (docs/adaptive.md); not with --results")
     _add_json(p)
 
     p = sub.add_parser("frontier", help="Pareto frontier of a signature file", formatter_class=fmt,
@@ -144,7 +151,17 @@ several works: ready power is calibrated once per operating point and shared; -o
             "  ecal plan problem.json --deadline 0.95 --transition-time-s 0.01 --transition-energy-j 2"
             if name == "plan" else
             "examples:\n  ecal pareto ecal/examples/workload_1f1b.json --points 6\n"
-            "  ecal pareto ecal/examples/pipeline_4x8.csv --plot pareto.png -o pareto.json"))
+            "  ecal pareto ecal/examples/pipeline_4x8.csv --plot pareto.png -o pareto.json\n"
+            "  ecal pareto ecal/examples/pipeline_4x8.csv --plan-at 1.07x -o plan.json\n"
+            "  ecal pareto ecal/examples/pipeline_4x8.csv --curve pareto.json --plan-at 1.4 -o plan.json\n"
+            "every point the curve reports is a plan you can get back and apply: the grid points are\n"
+            "  whole plans in the curve file (plans[]); the points interpolated between them (fast\n"
+            "  method, no switch costs) keep their choice, an option index per task (dense[].choice).\n"
+            "  --plan-at D writes (-o) and shows the plan of the least-energy point that meets D\n"
+            "  (seconds or a factor of the fastest makespan), the energy the curve reports at D;\n"
+            "  with --curve FILE it takes the points from a curve file written by -o instead of\n"
+            "  computing the curve again (same workload and options). The plan's deadline_s is its\n"
+            "  point's own, at most D. ecal run, ecal export and --schedule take it like ecal plan's."))
         p.add_argument("workload", help="workload file (ecal.workload/1: elements' signature files and "
                                         "the step's shape, see docs/workload.md), Perseus profile CSV "
                                         "(1F1B pipeline) or JSON problem file")
@@ -154,6 +171,14 @@ several works: ready power is calibrated once per operating point and shared; -o
                            help="also write a per-stage frequency schedule a training loop can read (JSON)")
         else:
             p.add_argument("--points", type=int, default=None, help="number of deadlines when a grid is used")
+            p.add_argument("--plan-at", default=None, metavar="DEADLINE",
+                           help="instead of the curve, the plan of its least-energy point meeting this "
+                                "deadline (seconds or 1.07x): -o writes it (ecal.plan/1)")
+            p.add_argument("--curve", default=None, metavar="FILE",
+                           help="with --plan-at: the curve file (ecal pareto -o) to take the point from, "
+                                "instead of computing the curve")
+            p.add_argument("--schedule", default=None,
+                           help="with --plan-at: also write the plan's per-stage frequency schedule (JSON)")
         p.add_argument("--microbatches", type=int, default=None,
                        help="microbatches of a Perseus profile (1F1B; default 8) or, for a workload "
                             "file's pipeline, instead of its own")

@@ -228,6 +228,10 @@ def cmd_characterize(args: argparse.Namespace) -> int:
     if args.plot and len(specs) > 1:
         raise UsageError("--plot draws one element: characterize one work, or plot each from -o "
                          "with `ecal frontier FILE --element NAME --plot ...`")
+    adaptive = getattr(args, "adaptive", None)
+    if adaptive and args.results:
+        raise UsageError("--results (a resumable JSON-lines sweep) does not go with --adaptive: "
+                         "write the measured points with -o")
     if args.results:
         # appended to, never replaced; checked now so a bad path fails before any device work
         check_output_path(args.results, "--results")
@@ -237,7 +241,11 @@ def cmd_characterize(args: argparse.Namespace) -> int:
         if grid is None:
             grid = measure.default_grid(device.operating_set(), read_only=args.read_only)
         # a bad grid fails before the user's set-up code runs
-        measure.parse_grid(grid).validate(device.operating_set(), read_only=device.read_only)
+        parsed = measure.parse_grid(grid)
+        parsed.validate(device.operating_set(), read_only=device.read_only)
+        if adaptive and len(parsed.axes.get("sm_clock_mhz", ())) < 3:
+            raise UsageError("--adaptive refines along the SM clock: --grid needs sm_clock_mhz with "
+                             f"at least 3 values, got {parsed.label() or 'none'}")
         loaded = []
         for spec in specs:
             try:
@@ -262,6 +270,10 @@ def cmd_characterize(args: argparse.Namespace) -> int:
         for rp in results_paths if len(results_paths) > 1 and args.results else ():
             check_output_path(rp, "--results")
         progress = None if args.json else survive_broken_pipe(measure.print_progress)
+        if adaptive:
+            # adaptive reports one line per measured point (a str), on stderr like sweeps do
+            return _characterize_adaptive(args, device, grid, protocol, loaded, names, adaptive,
+                                          None if args.json else _print_err)
         cache = measure.ReadyPowerCache()
         results = [measure.characterize(work, device=device, grid=grid, results_path=rp,
                                         protocol=protocol, progress=progress, name=name,
@@ -302,6 +314,49 @@ def cmd_characterize(args: argparse.Namespace) -> int:
         return _finish(args, out, doc, text)
     finally:
         device.close()      # releases the GPU's lock now, not in a finalizer a Ctrl-C can hit
+
+
+def _characterize_adaptive(args: argparse.Namespace, device: Any, grid: Any, protocol: Any,
+                           loaded: list, names: list[str], criterion: str,
+                           progress: Any) -> int:
+    """``ecal characterize --adaptive``: :func:`measure.characterize_adaptive` per work; prints
+    each element's table (every grid point: measured, or skipped and why); ``-o`` holds the
+    measured signatures (not the estimates) in the format the normal path writes."""
+    import measure
+
+    results = [measure.characterize_adaptive(work, device, grid=grid, criterion=criterion,
+                                             target_rse=protocol.target_rse, protocol=protocol,
+                                             name=name, progress=progress)
+               for (_, work, _), name in zip(loaded, names)]
+    out = Outputs()
+    if args.output:
+        out.custom(args.output, lambda tmp: measure.save_characterizations(tmp, results))
+    if args.plot:
+        from frontier.plot import plot_frontier
+
+        r = results[0]
+        where = "simulated H200" if r.simulated else str(r.meta.get("device", args.device))
+        out.figure(args.plot, plot_frontier(list(r.signatures),
+                                            title=f"{r.element} on {where}: adaptive, measured points"))
+
+    def text() -> str:
+        return "\n".join(r.to_table() for r in results)
+
+    def doc() -> Any:
+        if len(results) == 1:
+            return results[0].to_dict()
+        return {"format": "energy-calculus/adaptive-characterization-campaign",
+                "elements": [r.to_dict() for r in results]}
+
+    return _finish(args, out, doc, text)
+
+
+def _print_err(line: str) -> None:
+    """One progress line on stderr (a closed stderr is not an error of the run)."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (BrokenPipeError, ValueError):
+        pass
 
 
 class WorkFailedError(Exception):
@@ -451,15 +506,15 @@ def _read_workload(args: argparse.Namespace):
     return (p.with_(transitions=trans) if trans is not None else p), None
 
 
-def _parse_deadline(text: str) -> float | str:
+def _parse_deadline(text: str, option: str = "--deadline") -> float | str:
     t = text.strip().lower()
     try:
         v = float(t[:-1]) if t.endswith("x") else float(t)
     except ValueError:
-        raise UsageError(f"--deadline {text!r}: give seconds (0.95) or a factor of the fastest "
+        raise UsageError(f"{option} {text!r}: give seconds (0.95) or a factor of the fastest "
                          "makespan (1.05x)") from None
     if not v > 0:
-        raise UsageError(f"--deadline {text!r} must be > 0")
+        raise UsageError(f"{option} {text!r} must be > 0")
     return t if t.endswith("x") else v
 
 
@@ -504,25 +559,69 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return _finish(args, out, plan.to_dict, plan.summary)
 
 
+def _check_point_of_file(plan, problem) -> None:
+    """A plan read from a curve file must cost on ``problem`` what the file says: else the
+    file was made from another workload (or other options) of the same tasks."""
+    from solvers.plan import make_plan
+
+    again = make_plan(problem, [t.option for t in plan.tasks], plan.deadline_s, method=plan.method,
+                      lower_bound_j=-math.inf, wall_s=0.0)
+    if abs(again.energy_j - plan.energy_j) > 1e-9 * max(abs(plan.energy_j), 1.0):
+        raise ValueError(f"its point costs {again.energy_j:.6g} J on this workload, not the "
+                         f"{plan.energy_j:.6g} J it reports: made from other signatures or "
+                         "options? compute the curve again")
+
+
 def cmd_pareto(args: argparse.Namespace) -> int:
-    """``ecal pareto WORKLOAD``: the energy-vs-deadline curve with a plan and gap per point."""
+    """``ecal pareto WORKLOAD``: the energy-vs-deadline curve with a plan and gap per point;
+    with ``--plan-at D``, the plan of the curve's least-energy point meeting D (from
+    ``--curve FILE`` when given, without computing the curve again)."""
+    from solvers.feasibility import CertificateError
+    from solvers.plan import ParetoCurve
     from solvers.solve import pareto
 
-    check_outputs(args, "-o", "--plot")
+    plan_at = getattr(args, "plan_at", None)
+    curve_file = getattr(args, "curve", None)
+    if plan_at is None and (curve_file or getattr(args, "schedule", None)):
+        raise UsageError("--curve and --schedule need --plan-at (the point to turn into a plan)")
+    check_outputs(args, "-o", "--schedule", "--plot")
     _check_time_limit(args)
-    problem = _load_workload(args)
+    deadline = None if plan_at is None else _parse_deadline(plan_at, "--plan-at")
+    problem, workload = _read_workload(args)
     kw = {} if args.points is None else {"n_points": args.points}
     if args.points is not None and args.points < 2:
         raise UsageError(f"--points must be >= 2, got {args.points}")
-    curve = pareto(problem, method=args.method, time_limit_s=args.time_limit_s, **kw)
+    if curve_file:
+        curve = ParetoCurve.load(curve_file)
+        if curve.problem != problem.name:
+            raise UsageError(f"{curve_file}: is the curve of {curve.problem!r}, not of {problem.name!r}")
+    else:
+        curve = pareto(problem, method=args.method, time_limit_s=args.time_limit_s, **kw)
     out = Outputs()
-    if args.output:
-        out.json(args.output, curve.to_dict())
     if args.plot:
         from solvers.plot import plot_pareto
 
         out.custom(args.plot, lambda tmp: plot_pareto(curve, tmp))
-    return _finish(args, out, curve.to_dict, curve.summary)
+    if deadline is None:
+        if args.output:
+            out.json(args.output, curve.to_dict())
+        return _finish(args, out, curve.to_dict, curve.summary)
+    try:
+        plan = curve.plan_at(problem.deadline_s(deadline), problem)
+        if curve_file:
+            _check_point_of_file(plan, problem)
+    except (ValueError, CertificateError) as exc:
+        # a curve file of this workload's tasks but other signatures, options or costs
+        raise UsageError(f"{curve_file or 'curve'}: {exc}") from None
+    if args.output:
+        out.json(args.output, plan.to_dict())
+    if args.schedule:
+        from .schedule import stage_schedule
+
+        wl_info = {} if workload is None else {"ranks": workload.ranks, "simulated": workload.simulated,
+                                                "ready_power_w": workload.ready_power_w}
+        out.json(args.schedule, stage_schedule(plan, problem, **wl_info))
+    return _finish(args, out, plan.to_dict, plan.summary)
 
 
 # -- restore -----------------------------------------------------------------------------------

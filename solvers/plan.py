@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -15,8 +16,14 @@ from frontier.errors import FormatError
 from frontier.io import read_json, write_json_atomic
 from frontier.signature import Term, variances_from_terms
 
-from .feasibility import CertificateError, bound_proves, check_bound, meets_deadline
-from .model import Problem
+from .feasibility import (
+    CertificateError,
+    bound_proves,
+    check_bound,
+    latest_makespan_s,
+    meets_deadline,
+)
+from .model import InfeasibleError, Problem
 
 PLAN_SCHEMA = "ecal.plan/1"
 CURVE_SCHEMA = "ecal.pareto/1"
@@ -282,10 +289,32 @@ def plan_terms(problem: Problem, choice: Sequence[int], path: Sequence[bool],
     return PlanTerms(terms, extra_t, extra_e)
 
 
+def choice_dtype(problem: Problem) -> np.dtype:
+    """The smallest unsigned integer type that holds every option index of ``problem``: a
+    curve keeps its interpolated plans' choices in it (8x32 1F1B, 60 options: 1 byte a task)."""
+    top = max((len(t.options) for t in problem.tasks), default=1) - 1
+    return np.dtype(np.min_scalar_type(max(top, 0)))
+
+
+#: ``Plan.method`` of a plan interpolated between two grid plans of a curve.
+INTERPOLATED = "fast/interpolated"
+
+
 @dataclass(frozen=True)
 class ParetoCurve:
-    """Energy vs deadline: one plan per deadline, sorted by deadline. ``exact`` says whether the
-    points are proven optima (then ``gap`` is 0 at each)."""
+    """Energy vs deadline: one plan per deadline (``plans``, sorted by deadline), and, for the
+    fast method without switch costs, plans interpolated between neighbouring grid plans
+    (``dense``). ``exact`` says whether the points are proven optima (then ``gap`` is 0 at
+    each).
+
+    Every point the curve reports is a plan a user can get back and apply: a grid point is a
+    :class:`Plan`; an interpolated one keeps only its choice (a row of ``dense_choices``, one
+    byte a task for up to 256 options) and becomes a :class:`Plan` on demand
+    (:meth:`point_plan`, :meth:`plan_at`), because building thousands of Plans nobody asked
+    for would about double a curve's time and take ~0.16 MB each (8x32 1F1B, 512 tasks).
+    :meth:`energy_at` and :meth:`plan_at` pick from the same points, so the energy a curve
+    reports at a deadline is the energy of the plan it hands out there.
+    """
 
     problem: str
     method: str
@@ -294,21 +323,40 @@ class ParetoCurve:
     exact: bool = False
     #: Extra plans between the grid points (fast method): (makespan_s, energy_j, bound_j) of
     #: each, non-dominated; their bound is the LP's tangent bound (convexity in the deadline).
+    #: Each one's deadline is its makespan.
     dense: tuple[tuple[float, float, float], ...] = ()
+    #: The dense points' choices: row j = option index per task (in the order of every
+    #: plan's ``tasks``) of ``dense[j]``, read-only; None in a curve file that lacks them.
+    dense_choices: np.ndarray | None = field(default=None, compare=False, repr=False)
+    #: The :class:`~solvers.model.Problem` the curve was made from (not written to its file):
+    #: the default problem of :meth:`point_plan` and :meth:`plan_at`.
+    source: Problem | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self):
+        ch = self.dense_choices
+        if ch is not None:
+            ch = np.asarray(ch)
+            if ch.ndim != 2 or ch.shape[0] != len(self.dense):
+                raise ValueError(f"dense_choices has shape {ch.shape}; expected one row per dense "
+                                 f"point ({len(self.dense)})")
+            if ch.flags.writeable:
+                ch = ch.copy()
+                ch.setflags(write=False)
+            object.__setattr__(self, "dense_choices", ch)
 
     @property
     def deadlines_s(self) -> np.ndarray:
-        """Deadline of each point, s."""
+        """Deadline of each grid point, s."""
         return np.array([p.deadline_s for p in self.plans])
 
     @property
     def energies_j(self) -> np.ndarray:
-        """Energy of each point, J."""
+        """Energy of each grid point, J."""
         return np.array([p.energy_j for p in self.plans])
 
     @property
     def bounds_j(self) -> np.ndarray:
-        """Lower bound at each point, J."""
+        """Lower bound at each grid point, J."""
         return np.array([p.lower_bound_j for p in self.plans])
 
     @property
@@ -316,16 +364,121 @@ class ParetoCurve:
         """Whether a wall-clock safety net fired for any plan of the curve."""
         return any(p.time_capped for p in self.plans)
 
+    @property
+    def n_points(self) -> int:
+        """Points the curve reports: grid plans, then dense points (:meth:`point_plan` numbering)."""
+        return len(self.plans) + len(self.dense)
+
+    @cached_property
+    def _lookup(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(makespans ascending, point numbers in that order, best point of each prefix)."""
+        mk = np.array([p.makespan_s for p in self.plans] + [m for m, _, _ in self.dense], dtype=float)
+        e = np.array([p.energy_j for p in self.plans] + [x for _, x, _ in self.dense], dtype=float)
+        order = np.lexsort((np.arange(len(mk)), mk))     # ties: grid points (lower numbers) first
+        best = np.empty(len(mk), dtype=np.int64)
+        cur, cur_e = -1, math.inf
+        for k, i in enumerate(order):
+            if e[i] < cur_e:                             # strict: the earlier point wins a tie
+                cur, cur_e = int(i), e[i]
+            best[k] = cur
+        return mk[order], order, best
+
+    def point_at(self, deadline_s: float) -> int | None:
+        """Number of the least-energy point whose makespan meets ``deadline_s``
+        (:func:`~solvers.feasibility.meets_deadline`; ties: a grid plan, then the faster),
+        or None when none does."""
+        mk, _, best = self._lookup
+        k = int(np.searchsorted(mk, latest_makespan_s(float(deadline_s)), side="right"))
+        return int(best[k - 1]) if k else None
+
     def energy_at(self, deadline_s: float) -> float:
-        """Least energy of a plan on the curve whose makespan meets ``deadline_s`` (inf if none)."""
-        best = math.inf
-        for p in self.plans:
-            if meets_deadline(p.makespan_s, deadline_s) and p.energy_j < best:
-                best = p.energy_j
-        for mk, e, _ in self.dense:
-            if meets_deadline(mk, deadline_s) and e < best:
-                best = e
-        return best
+        """Least energy of a point on the curve whose makespan meets ``deadline_s`` (inf if
+        none): the energy of the plan :meth:`plan_at` returns there."""
+        i = self.point_at(deadline_s)
+        if i is None:
+            return math.inf
+        return self.plans[i].energy_j if i < len(self.plans) else self.dense[i - len(self.plans)][1]
+
+    def point_plan(self, i: int, problem: Problem | None = None) -> Plan:
+        """Point ``i`` (``0 ≤ i <`` :attr:`n_points`: grid plans first, then dense points) as a
+        :class:`Plan`. A dense point is rebuilt from its choice on ``problem`` (default: the
+        problem the curve was made from): deadline = its makespan, its tangent bound, method
+        :data:`INTERPOLATED`; raises :class:`~solvers.feasibility.CertificateError` when the
+        rebuilt plan's energy differs from the reported one by more than 1e-9 relative on the
+        curve's own problem, and ``ValueError`` when no problem is at hand, the curve file holds
+        no choices, or the problem's tasks or costs are not the curve's."""
+        i = int(i)
+        if not 0 <= i < self.n_points:
+            raise IndexError(f"point {i} of a curve with {self.n_points} points")
+        if i < len(self.plans):
+            return self.plans[i]
+        j = i - len(self.plans)
+        mk, e, b = self.dense[j]
+        problem = problem if problem is not None else self.source
+        if problem is None:
+            raise ValueError("an interpolated point becomes a Plan on its problem: pass problem=")
+        if self.dense_choices is None:
+            raise ValueError(f"curve {self.problem!r} keeps no choices for its interpolated points "
+                             "(a file written before they were kept): compute the curve again")
+        self._check_tasks(problem)
+        choice = self.dense_choices[j]
+        again = float(problem.index.objective(choice))
+        if abs(again - e) > _SAME_ENERGY_REL * max(abs(e), 1.0):
+            if problem is self.source:
+                raise CertificateError(f"{self.problem}: interpolated point {i} rebuilds to "
+                                       f"{again!r} J, reported {e!r} J (internal error)")
+            raise ValueError(f"point {i} costs {again:.6g} J on problem {problem.name!r}, not the "
+                             f"{e:.6g} J the curve reports: made from other signatures or "
+                             "options? compute the curve again")
+        pl = make_plan(problem, choice, mk, method=INTERPOLATED, lower_bound_j=b,
+                       wall_s=0.0, proven=bound_proves(b, e), meta={"curve_point": i},
+                       time_capped=self.time_capped)
+        if abs(pl.energy_j - e) > _SAME_ENERGY_REL * max(abs(e), 1.0):
+            raise CertificateError(f"{self.problem}: interpolated point {i} rebuilds to "
+                                   f"{pl.energy_j!r} J, reported {e!r} J (internal error)")
+        return pl
+
+    def plan_at(self, deadline: float | str, problem: Problem | None = None) -> Plan:
+        """The plan of the least-energy point that meets ``deadline`` (seconds, or ``"1.07x"``
+        of the fastest makespan: that needs a problem), as :meth:`point_plan` builds it: its
+        energy is :meth:`energy_at`'s, its ``deadline_s`` the point's own (at most the one
+        asked for, so its bound certifies that point). Raises
+        :class:`~solvers.model.InfeasibleError` when no point meets the deadline."""
+        problem = problem if problem is not None else self.source
+        if isinstance(deadline, str):
+            if problem is None:
+                raise ValueError(f"deadline {deadline!r} is relative to a problem: pass problem=")
+            d = problem.deadline_s(deadline)
+        else:
+            d = float(deadline)
+        if problem is not None:
+            self._check_tasks(problem)
+        i = self.point_at(d)
+        if i is None:
+            fastest = float(self._lookup[0][0]) if self.n_points else math.inf
+            raise InfeasibleError(f"{self.problem}: no point of the curve meets {d:.6g} s (its "
+                                  f"fastest makespan is {fastest:.6g} s)", fastest)
+        return self.point_plan(i, problem)
+
+    def all_plans(self, problem: Problem | None = None) -> Iterator[Plan]:
+        """Every point the curve reports as a :class:`Plan`, in :meth:`point_plan` order."""
+        for i in range(self.n_points):
+            yield self.point_plan(i, problem)
+
+    def _check_tasks(self, problem: Problem) -> None:
+        names = problem.index.names
+        ch = self.dense_choices
+        if self.plans and tuple(t.name for t in self.plans[0].tasks) != tuple(names):
+            raise ValueError(f"problem {problem.name!r} does not have the tasks of curve "
+                             f"{self.problem!r}")
+        if ch is not None and ch.shape[1] != len(names):
+            raise ValueError(f"curve {self.problem!r} has {ch.shape[1]} tasks per point; problem "
+                             f"{problem.name!r} has {len(names)}")
+        if ch is not None and len(ch):
+            n_opt = np.array([len(t.options) for t in problem.tasks])
+            if (ch.max(axis=0) >= n_opt).any():
+                raise ValueError(f"curve {self.problem!r} names options problem "
+                                 f"{problem.name!r} does not have")
 
     @property
     def max_gap(self) -> float:
@@ -349,26 +502,59 @@ class ParetoCurve:
             lines.append(f"  max gap {max(p.gap for p in self.plans) * 100:.3f} % at the grid plans")
         if self.dense:
             lines.append(f"  + {len(self.dense)} interpolated plans between them, max gap "
-                         f"{self.max_gap * 100:.3f} %")
+                         f"{self.max_gap * 100:.3f} % (each one a plan: ecal pareto --plan-at)")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (``schema_version`` ``ecal.pareto/1``)."""
+        """JSON-ready dict (``schema_version`` ``ecal.pareto/1``). Each dense point carries its
+        ``choice`` (option index per task, in the order of the plans' tasks) when kept."""
+        dense = [{"makespan_s": m, "energy_j": e, "bound_j": b} for m, e, b in self.dense]
+        if self.dense_choices is not None:
+            for x, row in zip(dense, self.dense_choices.tolist()):
+                x["choice"] = row
         return {"schema_version": CURVE_SCHEMA, "problem": self.problem, "method": self.method,
                 "wall_s": self.wall_s, "exact": self.exact, "time_capped": self.time_capped,
-                "plans": [p.to_dict() for p in self.plans],
-                "dense": [{"makespan_s": m, "energy_j": e, "bound_j": b} for m, e, b in self.dense]}
+                "plans": [p.to_dict() for p in self.plans], "dense": dense}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], file: str = "<dict>") -> ParetoCurve:
-        """Inverse of :meth:`to_dict`."""
+        """Inverse of :meth:`to_dict` (dense points without ``choice``, from older files, read
+        as points without choices)."""
         if not isinstance(d, Mapping) or d.get("schema_version") != CURVE_SCHEMA:
             raise FormatError(file, "schema_version", f"expected {CURVE_SCHEMA!r}")
         plans = tuple(Plan.from_dict(p, f"{file}:plans[{i}]") for i, p in enumerate(d.get("plans", [])))
-        dense = tuple((float(x["makespan_s"]), float(x["energy_j"]), float(x["bound_j"]))
-                      for x in d.get("dense", []))
-        return cls(d["problem"], d["method"], plans, float(d["wall_s"]), bool(d.get("exact", False)), dense)
+        raw = d.get("dense", [])
+        try:
+            dense = tuple((float(x["makespan_s"]), float(x["energy_j"]), float(x["bound_j"]))
+                          for x in raw)
+        except (TypeError, KeyError, ValueError) as exc:
+            raise FormatError(file, "dense", f"bad point: {exc}") from None
+        choices = None
+        have = [isinstance(x, Mapping) and "choice" in x for x in raw]
+        if raw and all(have):
+            rows = [x["choice"] for x in raw]
+            n = len(plans[0].tasks) if plans else len(rows[0])
+            if not all(isinstance(r, list) and len(r) == n and all(type(c) is int and c >= 0 for c in r)
+                       for r in rows):
+                raise FormatError(file, "dense[].choice",
+                                  f"each must be a list of {n} option indices (integers >= 0)")
+            top = max((max(r) for r in rows if r), default=0)
+            choices = np.array(rows, dtype=np.min_scalar_type(top)).reshape(len(rows), n)
+        elif any(have):
+            raise FormatError(file, "dense[].choice", "present at some points and not at others")
+        return cls(d["problem"], d["method"], plans, float(d["wall_s"]), bool(d.get("exact", False)),
+                   dense, choices)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the curve as JSON atomically."""
         write_json_atomic(path, self.to_dict())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> ParetoCurve:
+        """Read a curve written by :meth:`save`."""
+        return cls.from_dict(read_json(path), str(path))
+
+
+#: An interpolated point's rebuilt Plan must reproduce its reported energy to this relative
+#: precision (both sum the same terms in another order: float rounding only).
+_SAME_ENERGY_REL = 1e-9

@@ -25,10 +25,10 @@ import numpy as np
 
 from .brute import brute_force
 from .dp import chain_order, solve_chain
-from .feasibility import bound_proves, check_bound
+from .feasibility import bound_proves, check_bound, plan_meets_deadline
 from .ilp import allowed_options, solve_ilp
 from .model import InfeasibleError, Problem, ProblemError
-from .plan import ParetoCurve, Plan, make_plan
+from .plan import ParetoCurve, Plan, choice_dtype, make_plan
 from .relax import HullLP, interpolate, polish_budget, relax_repeatedly, solve_fast
 from .spdp import solve_sp, sp_tree
 
@@ -151,7 +151,9 @@ def pareto(problem: Problem, deadlines: Sequence[float | str] | None = None, n_p
     A plan found at a smaller deadline also meets a larger one, so the curve is made
     non-increasing by carrying the better plan forward. With the fast method and no switch
     costs (``dense``), plans interpolated between neighbouring grid plans fill the curve
-    in between (``ParetoCurve.dense``), each bounded by the LP's tangents. With switch costs
+    in between (``ParetoCurve.dense``), each bounded by the LP's tangents and keeping its
+    choice (``ParetoCurve.dense_choices``): every point the curve reports comes back as a
+    Plan (``curve.plan_at(deadline)``, ``curve.point_plan(i)``). With switch costs
     the fast method's search (:func:`solvers.relax.polish_budget`) is shared by the grid
     points: a curve spends about one single plan's search in all. ``time_limit_s`` is the
     wall-clock safety net of each point (default ``ILP_CURVE_TIME_LIMIT_S`` for MILP points,
@@ -245,12 +247,13 @@ def pareto(problem: Problem, deadlines: Sequence[float | str] | None = None, n_p
                            time_capped=pl.time_capped or prev.time_capped)
         plans.append(pl)
     extra: tuple[tuple[float, float, float], ...] = ()
+    extra_choices = None
     if dense and len(fast_res) >= 2 and switch_free:
-        extra = _densify(problem, fast_res, DENSIFY_ORDERS)
+        extra, extra_choices = _densify(problem, fast_res, DENSIFY_ORDERS)
     exact = bool(plans) and all(p.status == "optimal" for p in plans) and not extra
     used = sorted({p.method for p in plans})
     return ParetoCurve(problem.name, "+".join(used) or method, tuple(plans), time.perf_counter() - t0,
-                       exact, extra)
+                       exact, extra, extra_choices, source=problem)
 
 
 #: Share of a default curve's grid placed by :func:`_refine_deadlines` (measured on 8x32 1F1B
@@ -263,7 +266,7 @@ def _refine_deadlines(problem: Problem, fast_res, k: int) -> list[float]:
     interpolated between them) lies furthest above the LP's tangent bounds."""
     if len(fast_res) < 2 or k <= 0:
         return []
-    pts = _densify(problem, fast_res)
+    pts = _densify(problem, fast_res)[0]
     Ds = np.array([D for D, _ in fast_res])
     score = np.array([max(r.energy_j - r.lower_bound_j, 0.0) / r.energy_j for _, r in fast_res])
     score = np.maximum(score[:-1], score[1:])
@@ -280,6 +283,10 @@ def _reuse_previous(problem: Problem, prev, cur, D: float):
     """The previous (tighter-deadline) plan, relaxed into the extra time, when that beats the
     plan found at ``D``: consecutive grid plans then share structure."""
     ch = relax_repeatedly(problem, prev.choice, D)
+    if not plan_meets_deadline(problem, ch, D):
+        # relax_repeatedly can overshoot D when switches cost time (seen on the steady-state
+        # workload_1f1b example): keep the plan found at D
+        return cur
     e = problem.index.objective(ch)
     if e < cur.energy_j:
         return replace(cur, choice=ch, energy_j=float(e))      # the bound stays raw
@@ -293,31 +300,46 @@ def _reuse_previous(problem: Problem, prev, cur, D: float):
 DENSIFY_ORDERS: tuple[str, ...] = ("ratio", "start")
 
 
-def _densify(problem: Problem, fast_res,
-             orders: tuple[str, ...] = ("ratio",)) -> tuple[tuple[float, float, float], ...]:
+def _densify(problem: Problem, fast_res, orders: tuple[str, ...] = ("ratio",)
+             ) -> tuple[tuple[tuple[float, float, float], ...], np.ndarray]:
     """Interpolated plans between consecutive grid plans (switching tasks in each of
-    ``orders``, see :func:`interpolate`), non-dominated, with tangent bounds."""
+    ``orders``, see :func:`interpolate`), non-dominated, with tangent bounds: their
+    (makespan_s, energy_j, bound_j) and their choices (one row of option indices each, in
+    the smallest integer type that holds them: a user gets each back as a Plan, see
+    :meth:`ParetoCurve.plan_at`)."""
     tangents = np.array([(D, r.lp_bound_j, r.slope_j_per_s) for D, r in fast_res])
-    mks, es = [], []
+    ix = problem.index
+    dtype = choice_dtype(problem)
+    mks, es, chs = [], [], []
     for (_, a), (_, b) in zip(fast_res, fast_res[1:]):
         for order in orders:
-            _, mk, e = interpolate(problem, a.choice, b.choice, order=order)
-            mks.append(mk)
-            es.append(e)
-    ix = problem.index
+            ch, mk, e = interpolate(problem, a.choice, b.choice, order=order)
+            # what one pair's own plans dominate cannot survive the whole curve's filter below
+            # (same order, same ties): dropping it here keeps the choices held small
+            o = np.lexsort((e, mk))
+            live = np.ones(len(e), dtype=bool)
+            live[1:] = e[o][1:] < np.minimum.accumulate(e[o])[:-1]
+            rows = np.sort(o[live])
+            chs.append(ch[rows].astype(dtype))
+            mks.append(mk[rows])
+            es.append(e[rows])
     grid_mk = np.array([ix.makespan(r.choice) for _, r in fast_res])
     grid_e = np.array([r.energy_j for _, r in fast_res])
     mk = np.concatenate(mks + [grid_mk])
     e = np.concatenate(es + [grid_e])
-    is_grid = np.r_[np.zeros(len(mk) - len(grid_mk), dtype=bool), np.ones(len(grid_mk), dtype=bool)]
+    n_cand = len(mk) - len(grid_mk)
+    is_grid = np.r_[np.zeros(n_cand, dtype=bool), np.ones(len(grid_mk), dtype=bool)]
     o = np.lexsort((~is_grid, e, mk))      # ties: the grid plan first, so it wins
     mk, e, is_grid = mk[o], e[o], is_grid[o]
     keep = np.ones(len(e), dtype=bool)
     keep[1:] = e[1:] < np.minimum.accumulate(e)[:-1]
     keep &= ~is_grid                       # grid plans are in ParetoCurve.plans already
+    rows = o[keep]                         # candidates' row numbers (all < n_cand)
     mk, e = mk[keep], e[keep]
+    choices = (np.concatenate(chs)[rows] if chs else np.zeros((0, ix.n), dtype=dtype))
     bound = np.max(tangents[:, 1][None, :] + tangents[:, 2][None, :] * (mk[:, None] - tangents[:, 0][None, :]),
                    axis=1)
     for x, b in zip(e, bound):
         check_bound(float(b), float(x), f"{problem.name}: interpolated plan")
-    return tuple((float(m), float(x), float(b)) for m, x, b in zip(mk, e, bound))   # bounds raw
+    pts = tuple((float(m), float(x), float(b)) for m, x, b in zip(mk, e, bound))   # bounds raw
+    return pts, choices

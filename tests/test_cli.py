@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from measure.replay import shared_data_dir
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "ecal" / "examples"
-SHARED = Path(os.environ.get("ECAL_SHARED_DATA", ROOT.parent / "shared" / "data"))
+SHARED = shared_data_dir()
 
 
 def ecal(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:

@@ -24,7 +24,7 @@ from frontier import (
     signature_to_dict,
     thin,
 )
-from frontier.pareto import _nondominated
+from frontier.pareto import nondominated
 
 W1 = OperatingPoint(sm_clock_mhz=1980)
 W2 = OperatingPoint(sm_clock_mhz=1410)
@@ -243,7 +243,7 @@ def _weakly_dominates(q, p):
 @given(pts3, st.sampled_from([2, 3]))
 def test_nondominated_properties(raw, dims):
     cols = [np.array([r[k] for r in raw]) for k in range(dims)]
-    kept = _nondominated(*cols, block=7)  # small blocks exercise the blockwise path
+    kept = nondominated(*cols, block=7)  # small blocks exercise the blockwise path
     P = [tuple(c[i] for c in cols) for i in range(len(raw))]
     K = [P[i] for i in kept]
     assert len(set(kept.tolist())) == len(kept)
