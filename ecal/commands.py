@@ -525,6 +525,19 @@ def _check_time_limit(args: argparse.Namespace) -> None:
         raise UsageError(f"--time-limit-s must be a positive number of seconds, got {t}")
 
 
+def _plan_outputs(args: argparse.Namespace, out: Any, plan: Any, problem: Any, workload: Any) -> None:
+    """Queue ``-o`` (the plan) and ``--schedule`` (per-rank schedule, with what a workload
+    file adds: ranks, ready power) for ``ecal plan`` and ``ecal pareto --plan-at``."""
+    if args.output:
+        out.json(args.output, plan.to_dict())
+    if args.schedule:
+        from .schedule import stage_schedule
+
+        wl_info = {} if workload is None else {"ranks": workload.ranks, "simulated": workload.simulated,
+                                                "ready_power_w": workload.ready_power_w}
+        out.json(args.schedule, stage_schedule(plan, problem, **wl_info))
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     """``ecal plan WORKLOAD --deadline 1.05x``: the minimum-energy plan and its certificate."""
     from solvers.solve import solve
@@ -539,19 +552,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if problem.index.has_transitions and args.method in ("auto", "fast"):
             from solvers.relax import polish_budget
 
-            how = f" (switch-cost search: at most {polish_budget(problem.n_tasks, args.time_limit_s)[1]:g} s)"
+            work, net_s = polish_budget(problem.n_tasks, args.time_limit_s)
+            how = f" (switch-cost search: {work:g} work units, safety net {net_s:g} s)"
         print(f"planning {problem.n_tasks} tasks on {len(problem.index.dev_seq)} devices{how} ...",
               file=sys.stderr, flush=True)
     plan = solve(problem, deadline, method=args.method, time_limit_s=args.time_limit_s)
     out = Outputs()
-    if args.output:
-        out.json(args.output, plan.to_dict())
-    if args.schedule:
-        from .schedule import stage_schedule
-
-        wl_info = {} if workload is None else {"ranks": workload.ranks, "simulated": workload.simulated,
-                                                "ready_power_w": workload.ready_power_w}
-        out.json(args.schedule, stage_schedule(plan, problem, **wl_info))
+    _plan_outputs(args, out, plan, problem, workload)
     if args.plot:
         from solvers.plot import plot_timeline
 
@@ -613,14 +620,7 @@ def cmd_pareto(args: argparse.Namespace) -> int:
     except (ValueError, CertificateError) as exc:
         # a curve file of this workload's tasks but other signatures, options or costs
         raise UsageError(f"{curve_file or 'curve'}: {exc}") from None
-    if args.output:
-        out.json(args.output, plan.to_dict())
-    if args.schedule:
-        from .schedule import stage_schedule
-
-        wl_info = {} if workload is None else {"ranks": workload.ranks, "simulated": workload.simulated,
-                                                "ready_power_w": workload.ready_power_w}
-        out.json(args.schedule, stage_schedule(plan, problem, **wl_info))
+    _plan_outputs(args, out, plan, problem, workload)
     return _finish(args, out, plan.to_dict, plan.summary)
 
 
