@@ -421,7 +421,9 @@ command line over them.
   simulator is calibrated to a real H200's elements and co-runs (docs/simulator.md), not to
   its thermal behaviour over long runs. Real runs of multi-GPU plans go through your own
   launcher and `PlanApplier`. Energy counters resolve about 1 %: plan differences below that
-  are not observable.
+  are not observable. A plan is as good as its characterization: in the demo, plan 2's
+  measured step still ends 0.2–0.5 % past its deadline (co-runs run slower in the heat of
+  repeated steps than characterized), so plan with that margin and check with `ecal run`.
 
 ## Benchmark
 
