@@ -555,27 +555,18 @@ def predict_devices(plan: Any, problem: Any) -> dict[str, _Prediction]:
     choice = _chosen(plan, problem)
     start, end, mk = ix.schedule(choice)
     tau = ix.switch_tau(choice)
-    opts = [problem.tasks[i].options[choice[i]] for i in range(ix.n)]
     n = ix.n
     crit = [False] * n
     # the problem's own critical-path walk and delta method (duck-typed: measure does not
     # import solvers): shared leaves are correlated exactly as in the plan's σ
     for i in ix.critical_chain(start, end, tau):
         crit[i] = True
+    # each device's share of the plan's energy, by the problem's own accounting
+    energies = ix.device_energies_j(choice, mk)
     out = {}
     for d in ix.devices:
         seq = ix.dev_seq.get(d, [])
-        pw = ix.power[d]
-        busy = sum(end[i] - start[i] for i in seq)
-        sw = sum(tau[i] for i in seq)
-        extra = 0.0
-        for b in seq:
-            if ix.extra[b] is not None:
-                extra += float(ix.extra[b][choice[ix.dev_prev[b]], choice[b]])
-            if ix.wrap_extra[b] is not None:             # a steady state's last -> first switch
-                extra += float(ix.wrap_extra[b][choice[ix.wrap_prev[b]], choice[b]])
-        energy = (sum(opts[i].energy_j for i in seq) + pw * max(mk - busy - sw, 0.0)
-                  + pw * sw + extra)
+        energy = energies[d]
         var_e = problem.plan_terms(choice, crit, devices=[d]).variances()[1]
         if seq:
             last = max(seq, key=lambda i: end[i])

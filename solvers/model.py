@@ -875,6 +875,22 @@ class _Index:
             out[d] = sum(1 for a, b in pairs if omega[a][int(choice[a])] != omega[b][int(choice[b])])
         return out
 
+    def device_energies_j(self, choice: Sequence[int], makespan_s: float | None = None
+                          ) -> dict[str, float]:
+        """Per device, its share of :meth:`objective` (J): idle power over the makespan, its
+        tasks' energy beyond idle power, and its switches' extra energy (a steady state's
+        wrap included). The values sum to ``objective(choice, makespan_s)``."""
+        m = self.makespan(choice) if makespan_s is None else makespan_s
+        out = {d: self.power[d] * m for d in self.devices}
+        for b in range(self.n):
+            d = self.device[b]
+            out[d] += float(self.cost[b][choice[b]])
+            for tau, ext, a in ((self.tau[b], self.extra[b], self.dev_prev[b]),
+                                (self.wrap_tau[b], self.wrap_extra[b], self.wrap_prev[b])):
+                if tau is not None:
+                    out[d] += float(ext[choice[a], choice[b]])
+        return out
+
     def objective(self, choice: Sequence[int], makespan_s: float | None = None) -> float:
         """Total energy of ``choice`` (J) with the device horizon at its makespan."""
         m = self.makespan(choice) if makespan_s is None else makespan_s

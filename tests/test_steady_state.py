@@ -22,7 +22,6 @@ def _have_milp() -> bool:
     return bool(available_solvers())
 
 
-
 RULES = {"constant": ConstantTransition(0.15, 3.0), "pair": PairCost(),
          "energy_only": ConstantTransition(0.0, 3.0)}
 
@@ -215,3 +214,23 @@ def test_wrap_polish_and_fastest_plan_choice():
     # nothing to do without a steady state
     q = p.with_(steady_state=False)
     assert list(wrap_polish(q, fc, D)) == list(fc)
+
+
+@pytest.mark.parametrize("kind", sorted(RULES))
+def test_device_energies_sum_to_the_plan_energy(kind):
+    """Each device's share (idle power over the makespan, its tasks beyond idle, its switches'
+    extra energy, wraps included) sums to the objective and to make_plan's energy."""
+    from solvers.plan import make_plan
+
+    rng = np.random.default_rng(7)
+    for steady in (True, False):
+        for _ in range(20):
+            p = _dag(rng, RULES[kind], steady)
+            ix = p.index
+            choice = [int(rng.integers(len(t.options))) for t in p.tasks]
+            shares = ix.device_energies_j(choice)
+            assert set(shares) == set(ix.devices)
+            assert sum(shares.values()) == pytest.approx(ix.objective(choice), rel=1e-12)
+            plan = make_plan(p, choice, ix.makespan(choice), method="t", lower_bound_j=0.0,
+                             wall_s=0.0)
+            assert sum(shares.values()) == pytest.approx(plan.energy_j, rel=1e-12)
