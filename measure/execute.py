@@ -596,9 +596,9 @@ class _Runner:
     works: list[TaskWork | CallableWork]
     gpus: Mapping[str, Device]
     ops: list[OperatingPoint]
-    #: die temperature at the end of each task of the measured steps, per device and per
-    #: task name, °C
-    temps_c: dict[str, list[float]] = field(default_factory=dict)
+    #: die temperature at the end of each task of the measured steps, per task name, °C.
+    #: Simulated devices only: there the reading is free, while on a real GPU an NVML call
+    #: between tasks would delay the next launch inside the measured window.
     task_temps_c: dict[str, list[float]] = field(default_factory=dict)
 
     def first_op(self, d: str) -> OperatingPoint | None:
@@ -642,10 +642,9 @@ class _Runner:
                 gpu.run_parallel(w.parallel_streams())
             end[v] = gpu.time_s() - origin[d]
             e1 = _true(gpu)
-            if k >= 0:
-                temp = float(gpu.temperature_c())
-                self.temps_c.setdefault(d, []).append(temp)
-                self.task_temps_c.setdefault(self.problem.tasks[v].name, []).append(temp)
+            if k >= 0 and gpu.simulated:
+                self.task_temps_c.setdefault(self.problem.tasks[v].name, []).append(
+                    float(gpu.temperature_c()))
             finish[d] = end[v]
             t = self.problem.tasks[v]
             runs.append(TaskRun(k, t.name, d, self.choice[v], t.options[self.choice[v]].label,
@@ -771,11 +770,19 @@ def run_plan(plan: Any, problem: Any, work: WorkTable, *, seed: int = 0,
         n_steps=k, warmup_steps=int(warmup_steps), alpha=float(alpha), step=step, devices=per_dev,
         tasks=tuple(tasks), windows=tuple(windows), switches_s=switches, planned_switch_s=planned_sw,
         meta={"ready_power_w": ready_w, "protocol": protocol.to_dict(),
-              "temperature_c": {d: float(np.mean(v)) for d, v in runner.temps_c.items() if v},
+              "temperature_c": _device_means(runner.task_temps_c, ix),
               "task_temperature_c": {t: float(np.mean(v)) for t, v in runner.task_temps_c.items()},
               "step_energies_j": step_e, "step_times_s": step_t, "planned_tasks": planned_tasks,
               "bonferroni_devices": len(names),
               "device_time": "finish of the device's last task; energy over the whole step"})
+
+
+def _device_means(task_values: Mapping[str, list[float]], ix: Any) -> dict[str, float]:
+    """Mean over every sample of each device's tasks (simulated runs only; else empty)."""
+    by_dev: dict[str, list[float]] = {}
+    for name, vals in task_values.items():
+        by_dev.setdefault(ix.device[ix.pos[name]], []).extend(vals)
+    return {d: float(np.mean(v)) for d, v in by_dev.items() if v}
 
 
 def _measure_steps(runner: _Runner, names: list[str], protocol: Protocol, warmup_steps: int) -> tuple:
