@@ -170,15 +170,10 @@ def execute(plan_file: str | os.PathLike, *, seed: int = 0, target_rse: float = 
 
 def _open_run_devices(names: list[str], spec: str, seed: int, nvml: Any = None) -> dict[str, Any]:
     import measure
-    from measure.sim import SimulatedGPU
+    from measure.execute import simulated_devices
 
     if spec == "sim":
-        out = {}
-        for d in names:
-            gpu = SimulatedGPU(seed=seed)
-            gpu.seed_point(f"run_plan/{d}")     # as measure.run_plan's own devices
-            out[d] = gpu
-        return out
+        return simulated_devices(names, seed)
     if len(names) != 1:
         raise RunInputError(f"--device {spec}: this plan spans {len(names)} devices "
                             f"({', '.join(names)}); a real GPU runs single-device plans here; run a "

@@ -684,17 +684,23 @@ def _works(problem: Any, choice: list[int], work: WorkTable) -> list[TaskWork | 
     return out
 
 
+def simulated_devices(names: Sequence[str], seed: int = 0) -> dict[str, Device]:
+    """One simulated H200 per plan device, as :func:`run_plan` opens them by default: each
+    device's noise a function of the seed and its name."""
+    out: dict[str, Device] = {}
+    for d in names:
+        gpu = SimulatedGPU(seed=seed)
+        gpu.seed_point(f"run_plan/{d}")
+        out[d] = gpu
+    return out
+
+
 def _open_devices(names: Sequence[str], seed: int, devices: Mapping[str, Device] | None,
                   co_runs: Sequence[str] = ()) -> dict[str, Device]:
     """One simulated H200 per plan device, or the ``devices`` given; the devices in
     ``co_runs`` (those with a :class:`TaskWork` to run) must co-run streams."""
     if devices is None:
-        out: dict[str, Device] = {}
-        for d in names:
-            gpu = SimulatedGPU(seed=seed)
-            gpu.seed_point(f"run_plan/{d}")     # each device's noise: a function of seed + name
-            out[d] = gpu
-        return out
+        return simulated_devices(names, seed)
     missing = [d for d in names if d not in devices]
     if missing:
         raise ExecutionError(f"no device given for plan device(s) {missing}")

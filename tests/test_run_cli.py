@@ -169,3 +169,27 @@ def test_output_path_checked_before_work(demo, capsys, tmp_path):
     _, d = demo
     one_line_error(capsys, run_cli(str(d / "plan.json"), "-o", str(tmp_path)), "is a folder")
     one_line_error(capsys, run_cli(str(tmp_path / "nope.json")), "nope.json", "no such file")
+
+
+def test_a_workload_plan_runs_on_simulated_h200s_with_its_baseline(tmp_path, capsys):
+    """ecal run PLAN --workload W (the bundled example, its elements simulated presets): the
+    plan runs on one simulated H200 per stage against every task at the top clock; the result
+    is deterministic for a seed and says SIMULATED."""
+    from ecal.cli import main
+
+    wl = str(Path(__file__).resolve().parents[1] / "ecal" / "examples" / "workload_1f1b.json")
+    plan = str(tmp_path / "plan.json")
+    assert main(["plan", wl, "--deadline", "1.1x", "--microbatches", "2", "-o", plan]) == 0
+    capsys.readouterr()
+    docs = []
+    for _ in range(2):
+        assert main(["run", plan, "--workload", wl, "--microbatches", "2", "--json"]) == 0
+        docs.append(json.loads(capsys.readouterr().out))
+    assert docs[0] == docs[1]
+    doc = docs[0]
+    assert doc["plan"]["simulated"] is True and set(doc["baselines"]) == {"all_max"}
+    assert doc["savings"][0]["measured"] > 0
+    # a plan made for another microbatch count is refused, not run
+    assert main(["run", plan, "--workload", wl]) == 2
+    err = capsys.readouterr().err
+    assert "does not match problem" in err and err.count("\n") == 1, err
