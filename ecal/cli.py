@@ -44,6 +44,7 @@ EPILOG = """examples:
   ecal characterize mytrain:make_fwd --device nvml:0 -o fwd.json    # your own code
   ecal pareto ecal/examples/pipeline_4x8.csv --plot pareto.png
   ecal import nv-dvfs ../shared/data/nv-dvfs/v100-dvfs-real.csv -o v100.json
+  ecal store import runs.sqlite gemm.json sweep.jsonl   # one results store; ecal store list runs.sqlite
   ecal restore                                   # after a killed run: put GPU settings back
 
 exit codes: 0 ok; 1 check flagged a deviation; 2 bad input (no file written or changed);
@@ -233,6 +234,10 @@ several works: ready power is calibrated once per operating point and shared; -o
                               "  ecal frontier runs.sqlite --gpu-model H200 --element gemm_bf16_8192")
     add_campaign_arguments(p)
 
+    from .cmd_store import add_store_parser
+
+    add_store_parser(sub, fmt)
+
     p = sub.add_parser("restore", formatter_class=fmt,
                        help="put back GPU settings a killed run left changed (reads the device journal)",
                        epilog="examples:\n  ecal restore\n  ecal restore --device nvml:0 --json")
@@ -327,7 +332,7 @@ def _run(argv: Sequence[str] | None) -> int:
     from . import commands
     from .output import silence
 
-    handler = getattr(commands, "cmd_" + args.command.replace("-", "_"))
+    handler = getattr(args, "handler", None) or getattr(commands, "cmd_" + args.command.replace("-", "_"))
     try:
         commands.check_finite_floats(args)
         code = int(handler(args) or 0)

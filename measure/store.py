@@ -19,6 +19,9 @@ transaction durable. Readers never block writers.
 :mod:`frontier.io` signature files (``ecal characterize -o``), :func:`import_results_log` /
 :func:`export_results_log` to and from :mod:`measure.results_log` files (``--results``).
 :func:`read_signatures` is what ``ecal frontier``, ``ecal plan`` and workload files read.
+``ecal store import|export|list`` (:mod:`ecal.cmd_store`) is the command line over
+:func:`read_points`, :meth:`ResultsStore.merge` (an import never duplicates a point, and says
+what it added) and the exports.
 
 >>> import tempfile, os
 >>> from frontier.signature import Signature
@@ -172,6 +175,11 @@ def key_of(sig: Signature, gpu_model: str | None = None, uuid: str | None = None
                         pick(driver, "driver"), proto, pick(host, "host"))
 
 
+def protocol_key(settings: Mapping[str, Any]) -> str:
+    """The store's ``protocol`` key field for protocol settings (canonical JSON)."""
+    return _canon(_json_safe(dict(settings)))
+
+
 def model_matches(stored: str, wanted: str) -> bool:
     """Whether GPU model ``stored`` is the ``wanted`` one: equal ignoring case and an
     ``NVIDIA`` prefix (``H200`` matches ``NVIDIA H200``; ``simulated H200`` matches only
@@ -190,6 +198,41 @@ class StoredSignature:
     signature: Signature
     campaign: str | None = None
     unit: str | None = None
+
+
+@dataclass(frozen=True)
+class GroupSummary:
+    """The points of one element measured on one GPU model (:meth:`ResultsStore.summary`):
+    how many, the campaigns and campaign units that stored them, the hosts and cards."""
+
+    gpu_model: str
+    element: str
+    points: int
+    campaigns: tuple[str, ...]
+    units: int
+    hosts: tuple[str, ...]
+    uuids: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (lists for the tuples)."""
+        return {"gpu_model": self.gpu_model, "element": self.element, "points": self.points,
+                "campaigns": list(self.campaigns), "units": self.units,
+                "hosts": list(self.hosts), "uuids": list(self.uuids)}
+
+
+@dataclass(frozen=True)
+class CampaignSummary:
+    """One campaign of a store: units committed, points stored, when it first ran."""
+
+    name: str
+    units_done: int
+    points: int
+    created_at_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"name": self.name, "units_done": self.units_done, "points": self.points,
+                "created_at_s": self.created_at_s}
 
 
 class ResultsStore:
@@ -278,11 +321,13 @@ class ResultsStore:
         return k
 
     def rows(self, element: str | None = None, gpu_model: str | None = None,
-             uuid: str | None = None, campaign: str | None = None) -> list[StoredSignature]:
+             uuid: str | None = None, campaign: str | None = None,
+             host: str | None = None) -> list[StoredSignature]:
         """Stored points, filtered (``gpu_model`` by :func:`model_matches`), in a stable order
         (element, κ, θ, ω, then what measured them)."""
         where, args = [], []
-        for col, v in (("element", element), ("uuid", uuid), ("campaign", campaign)):
+        for col, v in (("element", element), ("uuid", uuid), ("campaign", campaign),
+                       ("host", host)):
             if v is not None:
                 where.append(f"{col} = ?")
                 args.append(v)
@@ -308,6 +353,60 @@ class ResultsStore:
     def count(self) -> int:
         """Number of stored points."""
         return int(self._db.execute("SELECT COUNT(*) FROM signatures").fetchone()[0])
+
+    def merge(self, sig: Signature, *, gpu_model: str | None = None, uuid: str | None = None,
+              driver: str | None = None, protocol: Mapping[str, Any] | str | None = None,
+              host: str | None = None, campaign: str | None = None, unit: str | None = None,
+              replace: bool = False) -> str:
+        """Store ``sig`` (key fields as :meth:`add` takes them) unless its key already holds a
+        point, and say what happened: ``"added"`` (a new key), ``"present"`` (the key holds
+        this very signature, compared in the lossless codec: nothing changes, the stored
+        campaign and unit stay), ``"kept"`` (the key holds another measurement, left as it is)
+        or, with ``replace``, ``"replaced"`` by this one. Runs in the caller's transaction when
+        one is open, else in its own (the look-up and the write are one transaction)."""
+        if not self._db.in_transaction:
+            with self.transaction():
+                return self.merge(sig, gpu_model=gpu_model, uuid=uuid, driver=driver,
+                                  protocol=protocol, host=host, campaign=campaign, unit=unit,
+                                  replace=replace)
+        k = key_of(sig, gpu_model, uuid, driver, protocol, host)
+        to_dict, _ = _codec()
+        row = self._db.execute(
+            "SELECT signature FROM signatures WHERE element = ? AND kappa = ? AND theta = ? AND "
+            "omega = ? AND gpu_model = ? AND uuid = ? AND driver = ? AND protocol = ? AND host = ?",
+            k.as_tuple()).fetchone()
+        if row is not None:
+            if row[0] == _canon(_json_safe(to_dict(sig))):
+                return "present"
+            if not replace:
+                return "kept"
+        self.add(sig, gpu_model=k.gpu_model, uuid=k.uuid, driver=k.driver, protocol=k.protocol,
+                 host=k.host, campaign=campaign, unit=unit, replace=True)
+        return "added" if row is None else "replaced"
+
+    def summary(self) -> list[GroupSummary]:
+        """What the store holds per GPU model and element (sorted by both)."""
+        groups: dict[tuple[str, str], list[tuple[Any, ...]]] = {}
+        for r in self._db.execute("SELECT gpu_model, element, campaign, unit, host, uuid "
+                                  "FROM signatures"):
+            groups.setdefault((r[0], r[1]), []).append(r)
+        out = []
+        for (model, element), rs in sorted(groups.items()):
+            out.append(GroupSummary(
+                gpu_model=model, element=element, points=len(rs),
+                campaigns=tuple(sorted({r[2] for r in rs if r[2] is not None})),
+                units=len({(r[2], r[3]) for r in rs if r[2] is not None and r[3] is not None}),
+                hosts=tuple(sorted({r[4] for r in rs})), uuids=tuple(sorted({r[5] for r in rs}))))
+        return out
+
+    def campaigns(self) -> list[CampaignSummary]:
+        """Every campaign the store has seen: units committed and points stored (by name)."""
+        return [CampaignSummary(name, int(units), int(points), float(created))
+                for name, created, units, points in self._db.execute(
+                    "SELECT c.name, c.created_at_s, "
+                    "(SELECT COUNT(*) FROM units u WHERE u.campaign = c.name), "
+                    "(SELECT COUNT(*) FROM signatures s WHERE s.campaign = c.name) "
+                    "FROM campaigns c ORDER BY c.name")]
 
     # -- campaigns ------------------------------------------------------------------------------
     def campaign_spec(self, name: str) -> dict[str, Any] | None:
@@ -411,15 +510,26 @@ def import_signature_file(store: ResultsStore, path: str | os.PathLike, *,
     return len(sigs)
 
 
-def export_signature_file(store: ResultsStore, path: str | os.PathLike, *,
-                          element: str | None = None, gpu_model: str | None = None) -> int:
-    """Write the store's points (filtered) as a signature file keyed ``element@κ@ω`` like
-    ``ecal characterize -o`` (``@<uuid>`` added where several cards measured one point).
-    Returns how many were written."""
-    from frontier.io import save_signatures
+#: Format of the ``store`` block of a signature file exported from a store.
+EXPORT_FORMAT = "energy-calculus/store-export"
+#: The key fields an export's ``store`` block records per signature (with campaign and unit).
+KEY_FIELDS = ("element", "kappa", "theta", "omega", "gpu_model", "uuid", "driver", "protocol",
+              "host")
 
-    rows = store.rows(element=element, gpu_model=gpu_model)
-    keyed: dict[str, Signature] = {}
+
+def export_signature_file(store: ResultsStore, path: str | os.PathLike, *,
+                          element: str | None = None, gpu_model: str | None = None,
+                          uuid: str | None = None, host: str | None = None) -> int:
+    """Write the store's points (filtered) as a signature file keyed ``element@κ@ω`` like
+    ``ecal characterize -o`` (``@<uuid>`` added where several cards measured one point),
+    atomically. A top-level ``store`` block (``format`` :data:`EXPORT_FORMAT`; readers of
+    signature files ignore it) records each signature's store key and campaign unit, so
+    :func:`read_points` restores the very rows. Returns how many were written."""
+    from frontier.io import SCHEMA_VERSION, UNITS, write_json_atomic
+    from frontier.pareto import signature_to_dict
+
+    rows = store.rows(element=element, gpu_model=gpu_model, uuid=uuid, host=host)
+    keyed: dict[str, StoredSignature] = {}
     names = []
     for r in rows:
         s = r.signature
@@ -430,8 +540,13 @@ def export_signature_file(store: ResultsStore, path: str | os.PathLike, *,
         i = 2
         while k in keyed:      # the same card under several protocols or hosts
             k, i = f"{n}@{r.key.uuid}#{i}", i + 1
-        keyed[k] = r.signature
-    save_signatures(path, keyed)
+        keyed[k] = r
+    keys = {k: {**dict(zip(KEY_FIELDS, r.key.as_tuple())), "campaign": r.campaign, "unit": r.unit}
+            for k, r in keyed.items()}
+    write_json_atomic(path, {"schema_version": SCHEMA_VERSION, "units": dict(UNITS),
+                             "signatures": {k: signature_to_dict(r.signature)
+                                            for k, r in keyed.items()},
+                             "store": {"format": EXPORT_FORMAT, "version": 1, "keys": keys}})
     return len(keyed)
 
 
@@ -456,7 +571,8 @@ def import_results_log(store: ResultsStore, path: str | os.PathLike, *,
 
 
 def export_results_log(store: ResultsStore, path: str | os.PathLike, element: str, *,
-                       uuid: str | None = None, gpu_model: str | None = None) -> int:
+                       uuid: str | None = None, gpu_model: str | None = None,
+                       host: str | None = None) -> int:
     """Write one element's points measured on one card under one protocol as a results file
     (``ecal characterize --results`` format; a new file, or one of the same measurement, which
     is then extended). Raises :class:`StoreError` when the selection spans several cards or
@@ -464,7 +580,7 @@ def export_results_log(store: ResultsStore, path: str | os.PathLike, element: st
     from .protocol import Protocol
     from .results_log import ResultsLog, point_key
 
-    rows = store.rows(element=element, gpu_model=gpu_model, uuid=uuid)
+    rows = store.rows(element=element, gpu_model=gpu_model, uuid=uuid, host=host)
     if not rows:
         raise StoreError(f"{store.path}: no points of {element!r}"
                          + (f" on {gpu_model}" if gpu_model else ""))
@@ -493,6 +609,132 @@ def export_results_log(store: ResultsStore, path: str | os.PathLike, element: st
                 log.add_point(k, s)
                 n += 1
     return n
+
+
+# -- reading files for an import (ecal store import) -----------------------------------------------
+
+#: The first bytes of every SQLite database file.
+SQLITE_MAGIC = b"SQLite format 3\x00"
+#: Formats of ``ecal characterize --json`` documents (signatures as a list).
+CHARACTERIZATION_FORMATS = ("energy-calculus/characterization",
+                            "energy-calculus/characterization-campaign")
+
+
+@dataclass(frozen=True)
+class FilePoint:
+    """One point read from a file, before it is stored: the signature, the key fields the file
+    records for it (``gpu_model``, ``uuid``, ``driver``, ``protocol``, ``host``; None where it
+    records none, then :func:`key_of` looks in the signature's metadata), its campaign unit
+    (a store export's) or results-file point key, and where it is in the file."""
+
+    signature: Signature
+    fields: Mapping[str, Any]
+    campaign: str | None = None
+    unit: str | None = None
+    where: str = ""
+
+    def recorded_key(self) -> SignatureKey:
+        """The store key from what the file records alone (``"unknown"`` where nothing)."""
+        f = self.fields
+        return key_of(self.signature, f.get("gpu_model"), f.get("uuid"), f.get("driver"),
+                      f.get("protocol"), f.get("host"))
+
+
+@dataclass(frozen=True)
+class PointsRead:
+    """The points of one input file: its ``kind`` (``"signatures"`` or ``"results-log"``),
+    the points in file order, and warnings (e.g. a torn last line that was left out)."""
+
+    file: str
+    kind: str
+    points: tuple[FilePoint, ...]
+    warnings: tuple[str, ...] = ()
+
+
+def read_points(path: str | os.PathLike) -> PointsRead:
+    """Read an input file for an import, whichever kind it is, told by its content: a results
+    log (:mod:`measure.results_log`: JSON lines, the first a ``{"kind": ...`` record) or a JSON
+    signature file (:func:`frontier.io.load_signatures`: ``ecal characterize -o``, ``ecal
+    import``, a workbook, a store export with its ``store`` block) or an ``ecal characterize
+    --json`` document. The file is only read. Raises :class:`FormatError` naming the file (and
+    the line or field) for anything else, FileNotFoundError for a missing file."""
+    p = os.fspath(path)
+    with open(p, "rb") as fh:
+        head = fh.read(1 << 16)
+    if head.startswith(SQLITE_MAGIC):
+        raise FormatError(p, "(file)", "is an SQLite database (a results store?), not a signature "
+                                       "file or a results log: export it first (ecal store export)")
+    lead = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if lead.startswith(b'{"kind"'):
+        return _results_log_points(p)
+    if lead.startswith(b"{"):
+        return _signature_file_points(p)
+    raise FormatError(p, "(file)", ("is empty" if not lead else "is not JSON") + ": neither a "
+                      "signature file (a JSON object with schema_version and signatures) nor a "
+                      "results log (JSON lines, a header record first)")
+
+
+def _results_log_points(p: str) -> PointsRead:
+    from .results_log import ResultsLog
+
+    log = ResultsLog(p)
+    if log.header is None:
+        raise FormatError(p, "header", "missing: not a results file with points")
+    h = log.header
+    dev = h.get("device") or {}
+    # the same key fields import_results_log takes, so both paths store a point alike
+    fields = {"gpu_model": dev.get("gpu_model") or dev.get("device"), "uuid": dev.get("uuid"),
+              "driver": dev.get("driver"), "protocol": h.get("protocol"), "host": h.get("host")}
+    pts = tuple(FilePoint(sig, fields, None, key, f"point {key}") for key, sig in log.points.items())
+    warn = ("its last line is cut short (a sweep killed while writing it): left out, the complete "
+            "points are read",) if log.dropped_partial_line else ()
+    return PointsRead(p, "results-log", pts, warn)
+
+
+def _renamed(s: Signature, element: Any) -> Signature:
+    return s.with_(name=element) if isinstance(element, str) and element and element != s.name \
+        and not s.composed else s
+
+
+def _signature_file_points(p: str) -> PointsRead:
+    from frontier.io import load_signatures, read_json
+    from frontier.pareto import signature_from_dict
+
+    doc = read_json(p)
+    fmt = doc.get("format") if isinstance(doc, dict) else None
+    if fmt in CHARACTERIZATION_FORMATS:
+        docs = doc.get("elements") if fmt == CHARACTERIZATION_FORMATS[1] else [doc]
+        if not isinstance(docs, list) or not all(isinstance(d, dict) for d in docs):
+            raise FormatError(p, "elements", "must be a list of characterizations")
+        pts = []
+        for i, d in enumerate(docs):
+            at = f"elements[{i}]." if fmt == CHARACTERIZATION_FORMATS[1] else ""
+            if not isinstance(d.get("signatures"), list):
+                raise FormatError(p, f"{at}signatures", "must be a list")
+            for j, body in enumerate(d["signatures"]):
+                s = signature_from_dict(body, p, f"{at}signatures[{j}]")
+                pts.append(FilePoint(_renamed(s, d.get("element")), {}, where=f"{at}signatures[{j}]"))
+        return PointsRead(p, "signatures", tuple(pts))
+    if fmt is not None:
+        raise FormatError(p, "format", f"{fmt!r} is not a file of signatures")
+    sigs = load_signatures(p)
+    block = doc.get("store")
+    keys = block.get("keys") if isinstance(block, dict) and block.get("format") == EXPORT_FORMAT else {}
+    if not isinstance(keys, dict):
+        raise FormatError(p, "store.keys", "must be an object")
+    pts = []
+    for name, s in sigs.items():
+        s = _renamed(s, name.split("@", 1)[0])
+        k = keys.get(name, {})
+        if not isinstance(k, dict) or not all(v is None or isinstance(v, str) for v in k.values()):
+            raise FormatError(p, f"store.keys.{name}", "must be an object of strings")
+        fields = {f: k.get(f) for f in KEY_FIELDS[4:]}
+        pt = FilePoint(s, fields, k.get("campaign"), k.get("unit"), f"signatures.{name}")
+        if k and pt.recorded_key().as_tuple()[:4] != tuple(k.get(f) for f in KEY_FIELDS[:4]):
+            raise FormatError(p, f"store.keys.{name}", "does not match its signature (element, "
+                                                       "kappa, theta or omega differ)")
+        pts.append(pt)
+    return PointsRead(p, "signatures", tuple(pts))
 
 
 def default_host() -> str:
