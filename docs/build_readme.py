@@ -1,6 +1,15 @@
-"""Rebuild README.md from the outputs in docs/out/ (run by docs/make_figures.sh)."""
+"""Rebuild README.md and the generated docs pages from the outputs in docs/out/ and the
+tables in experiments/results/ (run by docs/make_figures.sh, from the repository root).
+
+README.md is a user's page (at most README_MAX_LINES lines); what it leaves out is in
+docs/demo.md, docs/loop.md, docs/api.md, docs/guarantees.md, docs/cli.md and docs/studies.md,
+all written here. Pasted outputs are shortened only by leaving lines out (shown as one "…" line each run).
+"""
 import re
+from collections.abc import Callable
 from pathlib import Path
+
+README_MAX_LINES = 250
 
 
 def o(name: str) -> str:
@@ -194,14 +203,74 @@ def _highs_note(path: Path = RES / "bench_solvers_highs.md") -> str:
 
 
 highs_note = _highs_note()
-# the plan's first lines (what it is, energy, switches, bound); the full output is in docs/cli.md
-route_plan_head = "\n".join(ln for ln in o("route_plan").splitlines()
-                            if ln.startswith(("plan for", "  energy", "  switches", "  bound")))
 
 
-def _short_bench(text: str) -> str:
-    """The benchmark table with the columns a reader compares."""
-    rows = _table_rows(text)
+def ci_test_command(path: Path = Path(".ci/run")) -> str:
+    """The test command CI runs (the README states exactly this one)."""
+    lines = [ln.strip() for ln in path.read_text().splitlines() if ln.strip().startswith("python -m pytest")]
+    if not lines:
+        raise SystemExit(f"{path}: no 'python -m pytest' line")
+    return lines[-1]
+
+
+def project_version(path: Path = Path("pyproject.toml")) -> str:
+    """The package version from pyproject.toml."""
+    m = re.search(r'^version\s*=\s*"([^"]+)"', path.read_text(), re.M)
+    return m.group(1) if m else "unversioned"
+
+
+TEST_COMMAND = ci_test_command()
+VERSION = project_version()
+
+
+# ---------------------------------------------------------------------------------------------
+# Excerpts of pasted outputs. Outputs are shortened only by leaving lines out; every run of
+# left-out lines shows as one "…" line, so nothing pasted is edited.
+ELLIPSIS = "…"
+
+
+def excerpt(text: str, keep: Callable[[str], bool]) -> str:
+    """The lines of ``text`` for which ``keep(line)`` holds, each run of others as one "…"."""
+    out: list[str] = []
+    for ln in text.splitlines():
+        if keep(ln):
+            out.append(ln)
+        elif not out or out[-1] != ELLIPSIS:
+            out.append(ELLIPSIS)
+    return "\n".join(out)
+
+
+def demo_excerpt(text: str) -> str:
+    """The demo's header, its measured savings and its plan's certificate line."""
+    blocks = text.split("\n\n")
+    kept = set(blocks[0].splitlines())
+    for b in blocks:
+        if b.startswith("4. "):
+            kept.update(b.splitlines())
+    kept.update(ln for ln in text.splitlines() if ln.startswith("method "))
+    return excerpt(text, lambda ln: ln in kept and ln.strip() != "")
+
+
+def route_plan_excerpt(text: str) -> str:
+    """The plan's headline: what it is, deadline, makespan, energy, switches, bound."""
+    return excerpt(text, lambda ln: ln.startswith(("plan for", "  deadline", "  makespan", "  energy",
+                                                    "  switches", "  bound")))
+
+
+def route_run_excerpt(text: str) -> str:
+    """``ecal run``'s step rows (with their column header) and savings: no per-device rows."""
+    def keep(ln: str) -> bool:
+        step_row = ln.startswith("  step ") and not ln.startswith("  step dE")
+        return step_row or ln.startswith(("plan:", "baseline ", "savings", "  vs ")) \
+            or ln.lstrip().startswith("T pred ms")
+    return excerpt(text, keep)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables read from experiments/results at build time.
+def short_bench(path: Path = RES / "bench_solvers.md") -> str:
+    """The default-install benchmark table with the columns a reader compares."""
+    rows = _md_rows(path)
     keep = ["case", "method", "wall_s", "max_gap_pct", "lowtime_wall_s", "speedup", "ours_worse_at"]
     idx = [rows[0].index(k) for k in keep]
     out = ["| " + " | ".join(keep) + " |", "|" + "---|" * len(keep)]
@@ -209,81 +278,278 @@ def _short_bench(text: str) -> str:
     return "\n".join(out)
 
 
-bench_short = _short_bench(bench)
+ADAPTIVE_MD = RES / "adaptive_characterization.md"
+ADAPTIVE_COLUMNS = {"group": "group", "measured/grid": "measured/grid", "GPU-s %": "GPU-s %",
+                    "max gap, expected": "max gap, expected", "max plan gap": "max gap, measured",
+                    "deadlines within 0.3 %, expected": "deadlines within 0.3 %, expected"}
+ADAPTIVE_PLACEHOLDER = ("<!-- ADAPTIVE-TABLE: placeholder; experiments/results/adaptive_characterization.md "
+                        "has no per-group table this build could read -->\n"
+                        "*(table pending: run `python experiments/adaptive_characterization.py`)*")
 
 
-def _short_adaptive(path: Path = RES / "adaptive_characterization.md") -> str:
-    """The per-group rows of the adaptive experiment, in the columns a reader compares."""
-    if not path.exists():
-        return "(not run)"
-    text = path.read_text()
+def adaptive_target(path: Path = ADAPTIVE_MD) -> str:
+    """The results page's own statement of its target (its first 'Target:' sentence, without
+    the full stop)."""
+    m = re.search(r"^Target: (.*?)\.(?:\s|$)", path.read_text(), re.M) if path.exists() else None
+    return m.group(1) if m else "plans close to the full grid's at a fraction of its GPU-seconds"
+
+
+def short_adaptive(path: Path = ADAPTIVE_MD, max_rows: int = 3) -> str:
+    """At most ``max_rows`` per-group rows of the adaptive experiment, in the columns a reader
+    compares that the page has; a marked placeholder when the page has no per-group table."""
+    text = path.read_text() if path.exists() else ""
+    if "## Per group" not in text:
+        return ADAPTIVE_PLACEHOLDER
     rows = _table_rows(text.split("## Per group", 1)[1].split("\n## ", 1)[0])
-    want = ["group", "measured/grid", "GPU-s %", "max gap, expected", "max plan gap",
-            "deadlines within 0.3 %, expected"]
+    if len(rows) < 3:
+        return ADAPTIVE_PLACEHOLDER
+    want = [k for k in ADAPTIVE_COLUMNS if k in rows[0]]
     idx = [rows[0].index(k) for k in want]
-    head = [{"max plan gap": "max gap, measured"}.get(k, k) for k in want]
-    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(want)]
-    out += ["| " + " | ".join(r[i] for i in idx) + " |" for r in rows[2:]]
+    out = ["| " + " | ".join(ADAPTIVE_COLUMNS[k] for k in want) + " |", "|" + "---|" * len(want)]
+    out += ["| " + " | ".join(r[i] for i in idx) + " |" for r in rows[2:2 + max_rows]]
     return "\n".join(out)
 
 
-adaptive_short = _short_adaptive()
-route_run_short = "\n".join(ln for ln in o("route_run").splitlines()
-                            if not ln.startswith(("  stage", "  step dE")))
-readme = f'''# energy-calculus
+def example_code(path: str) -> str:
+    """A docs/ example script without its two header lines (docstring, blank)."""
+    return Path(path).read_text().split(chr(10), 2)[2].rstrip()
+
+
+# ---------------------------------------------------------------------------------------------
+# README.md: a user's page. Research narrative, full outputs and details live in docs/.
+def readme_md() -> str:
+    """The README: what it is, set up, demo, the route into a training loop, CLI, API, file
+    formats, guarantees and limits, the benchmark, adaptive characterization, more, cite."""
+    return f'''# energy-calculus
 
 **Spend less GPU energy without missing your deadline.** energy-calculus measures the
-time–energy frontier of each piece of your GPU work (a kernel, a layer, a pipeline stage)
-across operating points — SM clock, memory clock, power limit, SMs given to an element —,
-composes those frontiers with a small algebra that carries measurement uncertainty (⊗ back
-to back, ⊕ overlapped on one GPU, ⊕multi across GPUs, any DAG), picks the operating point of
-every element, paying for clock switches, that minimizes energy under a deadline, and then
-runs the plan and holds its prediction against a measurement. It follows the *Energy
-Calculus* formalism (E = s·T + d) and sits next to Zeus (power limits) and Perseus/lowtime
-(per-stage clocks for pipeline training): it reads what they measure and exports to Zeus.
+time–energy frontier of each piece of your GPU work (kernel, layer, pipeline stage) over SM
+clock, memory clock, power limit and SM split; composes frontiers with an algebra that carries
+measurement uncertainty (⊗ back to back, ⊕ on one GPU, ⊕multi across GPUs, any DAG); picks
+every task's operating point for least energy under a deadline, paying for clock switches, with
+a proven bound; then runs the plan and checks it against a measurement. It implements the
+*Energy Calculus* (E = s·T + d) next to Zeus (power limits) and Perseus/lowtime (per-stage
+clocks): it reads what they measure and exports to Zeus ([docs/zeus.md](docs/zeus.md)).
 
-![Element frontiers and the composed 1F1B step, simulated H200](docs/demo/frontiers.png)
-![The planned step: tasks per GPU coloured by power](docs/demo/timeline.png)
+![Element frontiers and the composed 1F1B step, simulated H200](docs/demo/frontiers.png) ![The planned step: tasks per GPU coloured by power](docs/demo/timeline.png)
 
-*Made by `ecal demo --out docs/demo` on the bundled simulated H200; `docs/make_figures.sh`
-regenerates every figure and output on this page.*
+*`ecal demo --out docs/demo` (simulated H200); `bash docs/make_figures.sh` regenerates every figure and output here.*
 
 ## Set up
 
-The main job — characterize, plan, run and measure a pipeline-parallel training step on the
-bundled **simulated** H200 (no GPU needed, under a minute):
+Python ≥ 3.10, no GPU needed. The main job — characterize, plan, run and measure a
+pipeline-parallel training step on the bundled **simulated** H200 (under a minute):
 
 ```bash
 python3 -m venv .venv && . .venv/bin/activate && pip install -e . && ecal demo
 ```
 
-The tests (what CI runs):
+The tests, in that environment, as CI runs them (`.ci/run`):
 
 ```bash
-python3 -m venv .venv && . .venv/bin/activate && pip install -e ".[test,zeus,ray]" && python -m pytest
+pip install -e ".[test,zeus,ray]" && {TEST_COMMAND}
 ```
 
-(`.[test]` alone runs everything but the Zeus and Ray round trips, which then skip with a
-reason.)
+Extras: `.[highs]` (HiGHS MILP back end; CBC otherwise), `.[torch]` (SM splits through CUDA green
+contexts), `.[zeus]`, `.[ray]`, `.[bench]` (lowtime). On a real GPU, clock locks and power limits need root.
 
-Optional extras: `.[highs]` (HiGHS, the MILP back end when installed; CBC otherwise),
-`.[torch]` (SM splits on a real GPU through CUDA green contexts), `.[zeus]` (Zeus interop),
-`.[ray]` (campaigns on a Ray cluster), `.[bench]` (lowtime, for the benchmark).
-Python ≥ 3.10. On a real GPU, clock locks and power limits need root.
+## The demo
 
-## What the demo shows
-
-A 1F1B step on four simulated H200s: plan 1, composed from elements characterized alone, is
-**run** and flagged (Eq. 23); what deviated is localized and characterized (switch latencies,
-bubble power, compute ∥ send pairs jointly); plan 2 is run with the baselines, so the savings
-are **measured**. What still deviates beyond σ is said and traced, not hidden.
+A 1F1B step on four simulated H200s: plan 1, from elements characterized alone, is run and
+flagged (Eq. 23); what deviated is characterized; plan 2 is run next to the baselines, so the
+savings are **measured** ([docs/demo.md](docs/demo.md): every step, in full).
 
 ```text
 $ ecal demo
+{demo_excerpt(o("demo"))}
+```
+
+## From your training step to a plan in your loop
+
+In full: [docs/loop.md](docs/loop.md). **1. Characterize your code** ([docs/characterize.md](docs/characterize.md)):
+a factory builds model and batch outside every timed window and returns the step.
+
+```python
+# mytrain.py
+def make_fwd():
+    model, x = build_stage(0).cuda(), make_batch()
+    return lambda: model(x)
+```
+
+```bash
+ecal characterize mytrain:make_fwd mytrain:make_bwd --name fwd --name bwd \\
+     --device nvml:0 -o sigs.json --results sweep.jsonl     # resumable
+```
+
+**2. Describe the step** in a workload file ([docs/workload.md](docs/workload.md)): elements, shape
+(1F1B, GPipe, interleaved 1F1B, chain, DAG), idle power, switch costs ([docs/steady_state.md](docs/steady_state.md)).
+
+```json
+{{"format": "ecal.workload/1",
+ "elements": {{"fwd": {{"source": "sigs.json", "work": "mytrain:make_fwd"}},
+              "bwd": {{"source": "sigs.json", "work": "mytrain:make_bwd"}}}},
+ "shape": {{"kind": "1f1b", "stages": 4, "microbatches": 8, "forward": "fwd", "backward": "bwd"}},
+ "idle_power_w": 122, "transitions": {{"constant": {{"time_s": 0.002}}}}}}
+```
+
+**3. Plan, run, measure** against every task at the top clock (bundled example, simulated). The
+measurement is authoritative: flagged means an assumption (here switch time, bubble power) was wrong.
+
+```text
+$ ecal plan ecal/examples/workload_1f1b.json --deadline 1.05x -o plan.json --schedule schedule.json
+{route_plan_excerpt(o("route_plan"))}
+$ ecal run plan.json --workload ecal/examples/workload_1f1b.json
+{route_run_excerpt(o("route_run"))}
+```
+
+**4. Apply it in your loop** ([docs/examples/README.md](docs/examples/README.md); try
+`python docs/examples/pytorch_1f1b_loop.py --device sim`):
+
+```python
+from measure.apply import PlanApplier, task_name
+with PlanApplier.from_schedule("schedule.json", rank=pp_rank, device="nvml:0") as applier:
+    for step in range(steps):
+        for inst, mb in my_1f1b_order(pp_rank):
+            with applier.element(task_name(pp_rank, inst, mb)):
+                run(inst, mb)
+```
+
+## Command line
+
+| command | does |
+|---|---|
+| `ecal characterize WORK...` | signatures of a preset or your `module:factory` over a grid; resumable |
+| `ecal frontier FILE` | Pareto frontier per element (`--criterion TE/Td/Tsd`) |
+| `ecal compose FILE` / `ecal check FILE` | predicted T, E ± σ / Eq. 23 against measured composites; `--pairs`: which to characterize jointly |
+| `ecal plan WORKLOAD --deadline 1.05x` | least-energy operating point per task, switch costs, bound and gap |
+| `ecal pareto WORKLOAD` | the energy-vs-deadline curve; `--plan-at D` gives any point's plan |
+| `ecal run PLAN` | execute a plan, measure it, Eq. 23 per device and step, measured savings |
+| `ecal campaign FILE` | many elements over many GPUs (local or `--ray`) into one SQLite store |
+| `ecal import KIND` / `ecal export zeus-pfo` | `h200`, `nv-dvfs`, `zeus-monitor`, `zeus-plo`, `perseus`, … / to Zeus |
+| `ecal demo` / `ecal restore` | the closed loop on the simulator / put back GPU settings a killed run left |
+
+WORKLOAD: a workload file, a Perseus profile CSV or a problem JSON; `--json` for scripts. Exit
+codes: `0` ok, `1` flagged, `2` bad input, `3` your work raised, `130` interrupted. In full: [docs/cli.md](docs/cli.md).
+
+## Python API
+
+Independent libraries `frontier` (algebra), `solvers` (planning), `measure` (devices, execution); more: [docs/api.md](docs/api.md).
+
+```python
+{example_code("docs/api_quickstart.py")}
+```
+
+```text
+{o("api_quickstart")}
+```
+
+## File formats
+
+| file | written by | format |
+|---|---|---|
+| signatures (JSON) | `characterize -o`, `import`, `frontier -o` | [frontier/io.py](frontier/io.py) |
+| results log (JSON lines) | `characterize --results` | [measure/results_log.py](measure/results_log.py) |
+| campaign store (SQLite) | `campaign` | [measure/store.py](measure/store.py), [docs/campaign.md](docs/campaign.md) |
+| workload (JSON) | you | [docs/workload.md](docs/workload.md) |
+| problem, plan (JSON) | `plan -o`, `demo` | [solvers/io.py](solvers/io.py), [solvers/plan.py](solvers/plan.py) |
+| schedule (per rank, in order) | `plan --schedule` | [ecal/schedule.py](ecal/schedule.py) |
+| transitions, interaction table | `measure_transitions`, `demo` | [frontier/transition.py](frontier/transition.py), [frontier/interaction_io.py](frontier/interaction_io.py) |
+
+## Guarantees and limits
+
+- **The GPU is put back** on exit, error or signal; after a kill, the next run or
+  `sudo ecal restore` restores it from a journal written before each change.
+- **Nothing measured is lost or mixed**: points are appended as measured; a resume on another
+  device, driver, host or protocol is refused.
+- **Plans are honest** ([docs/certificates.md](docs/certificates.md)): every plan meets its
+  deadline; its bound is its own; `optimal` only when proven; same input, same plan, any load.
+- **σ is the algebra's**: a signature used k times adds k²·var.
+- **Limits**: developed on the simulator and a strict fake of NVML, not yet on a real GPU; the
+  simulator is calibrated to a real H200's elements and co-runs ([docs/simulator.md](docs/simulator.md)),
+  not to long-run thermals. Multi-GPU plans run through your launcher and `PlanApplier`. Energy
+  counters resolve about 1 %. Plan with a margin and check with `ecal run`. In full:
+  [docs/guarantees.md](docs/guarantees.md).
+
+## Benchmark
+
+Our planner against lowtime 0.3.0 (Perseus's solver) on Perseus-format profiles, one process,
+same accounting, default install plus lowtime (ratios carry over between machines, times do not).
+`max_gap_pct`: each plan's proven gap; `ours_worse_at`: lowtime plans our curve does not match or beat.
+
+```bash
+pip install -e ".[bench]" && python experiments/bench_solvers.py --lowtime-8x32
+```
+
+{short_bench()}
+
+All columns: [bench_solvers.md](experiments/results/bench_solvers.md); with the optional `.[highs]`
+extra: [bench_solvers_highs.md](experiments/results/bench_solvers_highs.md).
+
+## Adaptive characterization
+
+`ecal characterize WORK --adaptive` measures only the points that can matter (target:
+{adaptive_target()}). Against the full grid, from
+`python experiments/adaptive_characterization.py` ("expected": both plans judged by the simulator's
+noise-free values; [figure](experiments/results/adaptive_characterization.png), [docs/adaptive.md](docs/adaptive.md)):
+
+{short_adaptive()}
+
+## More
+
+Using it: [cli](docs/cli.md), [demo](docs/demo.md), [loop](docs/loop.md), [api](docs/api.md), [characterize](docs/characterize.md),
+[workload](docs/workload.md), [steady state](docs/steady_state.md), [campaign](docs/campaign.md), [adaptive](docs/adaptive.md), [zeus](docs/zeus.md).
+What holds: [guarantees](docs/guarantees.md), [certificates](docs/certificates.md), [simulator](docs/simulator.md). How it
+works, the studies in `experiments/` and the solver's history: [studies](docs/studies.md).
+
+## Cite
+
+The calculus: cite the paper this toolkit implements, *Energy Calculus: A Compositional Algebra
+of Energy in Computational Systems* (ML.ENERGY group, University of Michigan). The toolkit: cite
+this repository (energy-calculus {VERSION}) and the commit you used.
+'''
+
+
+# ---------------------------------------------------------------------------------------------
+# docs/ pages that hold what the README leaves out.
+def demo_page_md() -> str:
+    """docs/demo.md: what the demo does, its full output and its figures."""
+    return f'''# The demo: plan, run, localize, characterize, plan again
+
+`ecal demo` runs the main job end to end on the bundled **simulated** H200 (no GPU needed;
+`ecal demo --out DIR` keeps every file it writes). The workload is a synchronous 1F1B step:
+4 stages × 8 microbatches, one GPU per stage, each task a compute ⊕ send pair.
+
+1. **Plan 1**, composed from elements characterized alone (a flat 2 ms per switch, bubbles at
+   the top clock's ready power), is **run** on four simulated H200s and checked with Eq. 23.
+2. What deviated is **localized** from per-task windows of that run and **characterized**:
+   switch latencies between the operating points in use, bubble power per GPU from the
+   measured waits, and the compute ∥ send pairs whose co-run deviates, measured jointly.
+3. **Plan 2** uses those measurements and is run next to two baselines (every GPU at its top
+   clock and limit; the best single operating point), so the savings are **measured**.
+   What still deviates beyond σ is said and traced, not hidden.
+4. The energy saved, measured against the measured baselines, with σ from both sides.
+
+```text
+$ ecal demo --out docs/demo
 {o("demo")}
 ```
 
-## From your training step to a plan in your training loop
+![Element frontiers and the composed 1F1B step](demo/frontiers.png)
+![The planned step: tasks per GPU coloured by power](demo/timeline.png)
+![Energy vs deadline for the round-2 problem](demo/pareto.png)
+
+A plan is as good as its characterization: plan 2's measured step can still end a little past
+its deadline (co-runs run slower in the heat of repeated steps than characterized), so plan
+with that margin and check with `ecal run` ([guarantees.md](guarantees.md)).
+'''
+
+
+def loop_page_md() -> str:
+    """docs/loop.md: from your training step to a plan in your training loop, in full."""
+    return f'''# From your training step to a plan in your training loop
+
+The README's route with every detail and the full outputs (`docs/make_figures.sh` pastes them
+from real runs on the bundled example).
 
 **1. Characterize your code.** Name it `module:attribute`; it is imported from the current
 folder. A factory builds model and batch once, outside every timed window, and returns the
@@ -303,11 +569,11 @@ ecal characterize mytrain:make_fwd mytrain:make_bwd --name fwd --name bwd \\
      --device nvml:0 -o sigs.json --results sweep.jsonl     # resumable; docs/characterize.md
 ```
 
-**2. Describe the step** in a workload file (docs/workload.md): the elements, where their
+**2. Describe the step** in a workload file ([workload.md](workload.md)): the elements, where their
 signatures are, the shape — 1F1B, GPipe, interleaved 1F1B, a chain or a DAG —, idle power
 and switch costs (`measure.measure_transitions` measures them; unmeasured pairs come from a
 fitted rule, never free). A step that repeats pays the switch from its last task back to its
-first (`steady_state`, the default for pipelines; docs/steady_state.md).
+first (`steady_state`, the default for pipelines; [steady_state.md](steady_state.md)).
 
 ```json
 {{"format": "ecal.workload/1",
@@ -324,9 +590,9 @@ example (its elements are simulated presets):
 
 ```text
 $ ecal plan ecal/examples/workload_1f1b.json --deadline 1.05x -o plan.json --schedule schedule.json
-{route_plan_head}
-$ ecal run plan.json --workload ecal/examples/workload_1f1b.json     # (per-device rows cut)
-{route_run_short}
+{o("route_plan")}
+$ ecal run plan.json --workload ecal/examples/workload_1f1b.json
+{o("route_run")}
 ```
 
 The measurement is authoritative: here the example's assumed 2 ms switch and 122 W bubbles
@@ -338,7 +604,7 @@ them (`measure.measure_transitions`, the ready power in the characterization) an
 switch, hands only the knobs that change to a helper thread (about 20 µs per element on the
 training thread against 1.5 ms inline, `experiments/bench_applier.py`), skips calibration when
 the schedule carries ready power, counts switches per iteration, and restores the GPU on
-exit, error or signal (docs/examples/README.md; try `python docs/examples/pytorch_1f1b_loop.py
+exit, error or signal ([examples/README.md](examples/README.md); try `python docs/examples/pytorch_1f1b_loop.py
 --device sim`):
 
 ```python
@@ -350,12 +616,99 @@ with PlanApplier.from_schedule("schedule.json", rank=pp_rank, device="nvml:0") a
                 run(inst, mb)
 ```
 
-**Zeus users** (docs/zeus.md): `ecal import zeus-monitor LOG.csv` (one element per window
+**Zeus users** ([zeus.md](zeus.md)): `ecal import zeus-monitor LOG.csv` (one element per window
 name and GPU), `ecal import zeus-plo profile.json`, and `ecal export zeus-pfo schedule.json -o
 freqs.py` for Zeus's pipeline-frequency optimizer (SM clocks only: power limits, memory
 clocks and SM splits cannot be carried, and ecal warns).
 
-## Command line
+'''
+
+
+def guarantees_page_md() -> str:
+    """docs/guarantees.md: the guarantees and limits in full, and what to do after a kill."""
+    return '''# Guarantees and limits
+
+- **The GPU is put back.** Every setting is journalled (fsynced) before it changes and
+  restored on exit, error, Ctrl-C, SIGTERM, SIGHUP, SIGQUIT; after SIGKILL or a crash the next
+  run or `sudo ecal restore` restores it from the journal. One process per GPU.
+- **Nothing measured is lost or mixed.** Points are appended as measured; a resume that
+  differs in device, driver, host, seed or protocol is refused; on the simulator an
+  interrupted and resumed sweep equals an uninterrupted one bit for bit.
+- **Plans are honest** ([certificates.md](certificates.md)): every plan meets its deadline (one predicate);
+  its bound is the method's own, never clamped; `optimal` only when proven; the same input
+  gives the same plan under any load (work budgets; a wall-clock net says `time_capped`).
+  Checked against brute force on 2,000 instances in the tests.
+- **σ is the algebra's.** A signature used k times adds k²·var; a plan's and each device's σ
+  count shared leaves once.
+- **Limits.** Everything here ran on the simulator and a strict fake of NVML: no real GPU has
+  yet been used by this repository (`experiments/gpu_validate.py` is ready, read-only). The
+  simulator is calibrated to a real H200's elements and co-runs ([simulator.md](simulator.md)), not to
+  its thermal behaviour over long runs. Real runs of multi-GPU plans go through your own
+  launcher and `PlanApplier`. Energy counters resolve about 1 %: plan differences below that
+  are not observable. A plan is as good as its characterization: in the demo, plan 2's
+  measured step still ends 0.2–0.5 % past its deadline (co-runs run slower in the heat of
+  repeated steps than characterized), so plan with that margin and check with `ecal run`.
+
+## If a run was killed
+
+- Before changing a GPU setting, ecal writes down what it found: one journal per GPU UUID in
+  `$ECAL_STATE_DIR` (default `~/.cache/energy-calculus`), fsynced before the NVML call.
+- Ctrl-C, SIGTERM, SIGHUP, SIGQUIT, an error or a normal exit restore the GPU before ecal
+  exits; a second Ctrl-C waits for the restore to finish.
+- After SIGKILL, an out-of-memory kill, a crash or a power loss the journal stays. The next
+  run that opens the GPU (`--device nvml:N`) restores it first and says so on stderr; or run
+  `sudo ecal restore` (every GPU with a journal) or `sudo ecal restore --device nvml:N`
+  (`--json` for scripts). Every journalled setting is tried and reported on its own; one that
+  fails stays in the journal (exit 2), and ecal refuses the GPU with a message naming
+  `ecal restore` until a restore succeeds.
+- The power limit is read before the first change and put back exactly. NVML cannot read back
+  a clock lock, so SM and memory clock locks are reset; a lock another tool set earlier
+  (`nvidia-smi -lgc`) is not re-applied.
+- One process may change a GPU at a time; a second gets an error naming the holder's PID.
+  `--read-only` takes no lock and changes nothing.
+- By hand: `sudo nvidia-smi -i N -rgc -rmc` resets the clock locks and
+  `sudo nvidia-smi -i N -pl W` sets the power limit back (W is in the journal).
+- A results file resumes where the run stopped: `ecal characterize … --results r.jsonl`
+  again. A torn last line is dropped and that point measured again; a file that is not an
+  energy-calculus results file is refused (exit 2) and left unchanged. `r.jsonl.lock` beside
+  the real file is only a rendezvous and may stay; a second writer through any name of the
+  file (a symlink, a hard link) is refused with the holder's PID.
+
+## Tests
+
+`.[test]` alone runs everything but the Zeus and Ray round trips, which then skip with a
+reason. Tests that read `../shared/data` (real measurements) skip with a reason when it is
+absent.
+'''
+
+
+# ---------------------------------------------------------------------------------------------
+def api_page_md() -> str:
+    """docs/api.md: the Python API example in full, with its output."""
+    return f'''# The Python API in one page
+
+`frontier` (the algebra; numpy/scipy), `solvers` (planning; imports `frontier`) and `measure`
+(devices, protocols, execution; imports `frontier`) are independent libraries; `ecal` is the
+command line over them. `docs/api_example.py`, run by `docs/make_figures.sh`:
+
+```python
+{example_code("docs/api_example.py")}
+```
+
+```text
+{o("api")}
+```
+'''
+
+
+def cli_page_md() -> str:
+    """docs/cli.md: every command, its conventions and exit codes, with pasted output."""
+    return f'''# The command line, command by command
+
+Every output below is pasted from a real run by `docs/make_figures.sh` (simulated H200 and
+the bundled examples).
+
+## Commands, conventions, exit codes
 
 | command | does |
 |---|---|
@@ -366,100 +719,15 @@ clocks and SM splits cannot be carried, and ecal warns).
 | `ecal plan WORKLOAD --deadline 1.05x` | least-energy operating point per task with switch costs, a raw bound and gap |
 | `ecal pareto WORKLOAD` | the energy-vs-deadline curve |
 | `ecal run PLAN` | execute a plan, measure it, Eq. 23 per device and step, measured savings |
-| `ecal campaign FILE` | many elements over many GPUs (local or `--ray`), into one SQLite store (docs/campaign.md) |
+| `ecal campaign FILE` | many elements over many GPUs (local or `--ray`), into one SQLite store ([campaign.md](campaign.md)) |
 | `ecal import KIND` / `ecal export zeus-pfo` | `h200`, `nv-dvfs`, `zeus-monitor`, `zeus-plo`, `perseus`, … / to Zeus |
 | `ecal demo` / `ecal restore` | the closed loop on the simulator / put back GPU settings a killed run left |
 
 A WORKLOAD is a workload file, a Perseus profile CSV or a problem JSON. Each command's output
-is another's input; `--json` for scripts; examples in `--help`; every output with pasted
-runs: docs/cli.md. Exit codes: `0` ok; `1` `check` flagged; `2` bad input (one line naming
-file and field; no output written or changed); `3` your own work raised (GPU restored,
-measured points kept); `130` interrupted (GPU restored; outputs all written or none).
-
-## Python API
-
-```python
-{Path("docs/api_example.py").read_text().split(chr(10), 2)[2].rstrip()}
-```
-
-```text
-{o("api")}
-```
-
-`frontier` (the algebra; numpy/scipy), `solvers` (planning; imports `frontier`) and `measure`
-(devices, protocols, execution; imports `frontier`) are independent libraries; `ecal` is the
-command line over them.
-
-## File formats
-
-| file | written by | format |
-|---|---|---|
-| signatures (JSON) | `characterize -o`, `import`, `frontier -o` | `frontier/io.py` |
-| results log (JSON lines, fsynced per point) | `characterize --results` | `measure/results_log.py` |
-| campaign store (SQLite) | `campaign` | `measure/store.py` |
-| workload | you | docs/workload.md |
-| problem, plan (JSON) | `plan -o`, `demo` | `solvers/io.py`, `solvers/plan.py` |
-| schedule (per rank, in order) | `plan --schedule` | `ecal/schedule.py` |
-| transitions, interaction table | `measure_transitions`, the demo | `frontier/transition.py`, `frontier/interaction_io.py` |
-
-## Guarantees and limits
-
-- **The GPU is put back.** Every setting is journalled (fsynced) before it changes and
-  restored on exit, error, Ctrl-C, SIGTERM, SIGHUP, SIGQUIT; after SIGKILL or a crash the next
-  run or `sudo ecal restore` restores it from the journal. One process per GPU.
-- **Nothing measured is lost or mixed.** Points are appended as measured; a resume that
-  differs in device, driver, host, seed or protocol is refused; on the simulator an
-  interrupted and resumed sweep equals an uninterrupted one bit for bit.
-- **Plans are honest** (docs/certificates.md): every plan meets its deadline (one predicate);
-  its bound is the method's own, never clamped; `optimal` only when proven; the same input
-  gives the same plan under any load (work budgets; a wall-clock net says `time_capped`).
-  Checked against brute force on 2,000 instances in the tests.
-- **σ is the algebra's.** A signature used k times adds k²·var; a plan's and each device's σ
-  count shared leaves once.
-- **Limits.** Everything here ran on the simulator and a strict fake of NVML: no real GPU has
-  yet been used by this repository (`experiments/gpu_validate.py` is ready, read-only). The
-  simulator is calibrated to a real H200's elements and co-runs (docs/simulator.md), not to
-  its thermal behaviour over long runs. Real runs of multi-GPU plans go through your own
-  launcher and `PlanApplier`. Energy counters resolve about 1 %: plan differences below that
-  are not observable. A plan is as good as its characterization: in the demo, plan 2's
-  measured step still ends 0.2–0.5 % past its deadline (co-runs run slower in the heat of
-  repeated steps than characterized), so plan with that margin and check with `ecal run`.
-
-## Benchmark
-
-Our planner against lowtime 0.3.0 (Perseus's solver) on Perseus-format profiles, in one
-process, same accounting, with the default install (`pip install -e ".[bench]"`, then
-`python experiments/bench_solvers.py --lowtime-8x32`; 2-core machine; ratios, not absolutes,
-carry over). `max_gap_pct` is each plan's proven gap; `ours_worse_at` counts lowtime plans our
-curve does not match or beat:
-
-{bench_short}
-
-With `.[highs]` (warm LP re-solves) the same run gives {highs_note}
-(`experiments/results/bench_solvers_highs.md`).
-
-Adaptive characterization (`ecal characterize WORK --adaptive`, docs/adaptive.md) against the
-full grid (`python experiments/adaptive_characterization.py`; simulated H200, and the real
-NV-DVFS sweeps replayed); "expected" judges both plans by the simulator's noise-free values:
-
-{adaptive_short}
-
-## More
-
-docs/cli.md (every command with output), docs/studies.md (design decisions, studies, solver
-history), docs/simulator.md, docs/characterize.md, docs/workload.md, docs/steady_state.md,
-docs/certificates.md, docs/campaign.md, docs/adaptive.md, docs/zeus.md. Tests that read
-`../shared/data` (real measurements) skip with a reason when it is absent.
-
-To cite the calculus, cite the *Energy Calculus* paper this toolkit implements (excerpt and
-spec in the project's design notes); to cite the toolkit, cite this repository.
-'''
-Path("README.md").write_text(readme)
-
-cli_md = f'''# The command line, command by command
-
-Every output below is pasted from a real run by `docs/make_figures.sh` (simulated H200 and
-the bundled examples). The README lists the commands and exit codes.
+is another's input; `--json` for scripts; examples in `--help`. Exit codes: `0` ok; `1`
+`check` flagged; `2` bad input (one line naming file and field; no output written or
+changed); `3` your own work raised (GPU restored, measured points kept); `130` interrupted
+(GPU restored; outputs all written or none).
 
 ## Compose and check
 
@@ -551,9 +819,12 @@ $ ecal plan ecal/examples/workload_1f1b.json --deadline 1.05x -o plan.json --sch
 {o("route_plan")}
 ```
 '''
-Path("docs/cli.md").write_text(cli_md)
 
-studies_md = f'''# How it works, the studies, and the solver's history
+
+# ---------------------------------------------------------------------------------------------
+def studies_page_md() -> str:
+    """docs/studies.md: how it works, the studies, and the solver's history (research notes)."""
+    return f'''# How it works, the studies, and the solver's history
 
 Research notes moved out of the README: the decisions behind the calculus, the simulator,
 the studies in `experiments/`, and how the fast method's gap was brought down (its numbers
@@ -615,28 +886,8 @@ is flagged at +13.7 % T and round 2 lies within σ).
 
 ### If a run was killed
 
-- Before changing a GPU setting, ecal writes down what it found: one journal per GPU UUID in
-  `$ECAL_STATE_DIR` (default `~/.cache/energy-calculus`), fsynced before the NVML call.
-- Ctrl-C, SIGTERM, SIGHUP, SIGQUIT, an error or a normal exit restore the GPU before ecal
-  exits; a second Ctrl-C waits for the restore to finish.
-- After SIGKILL, an out-of-memory kill, a crash or a power loss the journal stays. The next
-  run that opens the GPU (`--device nvml:N`) restores it first and says so on stderr; or run
-  `sudo ecal restore` (every GPU with a journal) or `sudo ecal restore --device nvml:N`
-  (`--json` for scripts). Every journalled setting is tried and reported on its own; one that
-  fails stays in the journal (exit 2), and ecal refuses the GPU with a message naming
-  `ecal restore` until a restore succeeds.
-- The power limit is read before the first change and put back exactly. NVML cannot read back
-  a clock lock, so SM and memory clock locks are reset; a lock another tool set earlier
-  (`nvidia-smi -lgc`) is not re-applied.
-- One process may change a GPU at a time; a second gets an error naming the holder's PID.
-  `--read-only` takes no lock and changes nothing.
-- By hand: `sudo nvidia-smi -i N -rgc -rmc` resets the clock locks and
-  `sudo nvidia-smi -i N -pl W` sets the power limit back (W is in the journal).
-- A results file resumes where the run stopped: `ecal characterize … --results r.jsonl`
-  again. A torn last line is dropped and that point measured again; a file that is not an
-  energy-calculus results file is refused (exit 2) and left unchanged. `r.jsonl.lock` beside
-  the real file is only a rendezvous and may stay; a second writer through any name of the
-  file (a symlink, a hard link) is refused with the holder's PID.
+What ecal does before, during and after a kill, and how to restore a GPU by hand:
+[guarantees.md](guarantees.md#if-a-run-was-killed).
 
 The simulated H200 (`measure.SimulatedGPU`) is a physics model — roofline time, static power
 rising with clock, voltage and temperature, dynamic power ∝ C·V²·f × activity, the power cap
@@ -678,9 +929,13 @@ $ python experiments/h200_composition.py
 ```
 
 Solvers vs lowtime (Perseus's solver) in one process, same profiles, same accounting
-(lowtime's plan at each deadline evaluated on the measured options it assigns):
+(lowtime's plan at each deadline evaluated on the measured options it assigns; 2-core machine,
+`python experiments/bench_solvers.py --lowtime-8x32` with `.[bench]`):
 
 {bench_table}
+
+With `.[highs]` (warm LP re-solves) the same run gives {highs_note}
+(`experiments/results/bench_solvers_highs.md`).
 
 Targets and where we stand: the 8×32 whole frontier runs ≥ 20× faster than lowtime with every
 grid point within 0.5 % of its bound; chains of 2,000 tasks × 60 options with switches solve
@@ -815,4 +1070,24 @@ example above at 1.05x it takes 0.095 points off the proven gap; with switches o
 latency, 0.51 points), and the MILP uses the same rows (2×4 with 60 clocks: proven optimal in 15 s, where
 the transport matrix proves nothing in 120 s).
 '''
-Path("docs/studies.md").write_text(studies_md)
+
+
+# ---------------------------------------------------------------------------------------------
+PAGES = {"README.md": readme_md, "docs/cli.md": cli_page_md, "docs/studies.md": studies_page_md,
+         "docs/demo.md": demo_page_md, "docs/api.md": api_page_md, "docs/loop.md": loop_page_md,
+         "docs/guarantees.md": guarantees_page_md}
+
+
+def main() -> None:
+    """Write every page; refuse a README longer than README_MAX_LINES."""
+    texts = {path: build() for path, build in PAGES.items()}
+    n = texts["README.md"].count("\n")
+    if n > README_MAX_LINES:
+        raise SystemExit(f"README.md would be {n} lines (at most {README_MAX_LINES}): shorten it")
+    for path, text in texts.items():
+        Path(path).write_text(text)
+    print(f"wrote {', '.join(texts)} (README.md: {n} lines)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates every figure and pasted output in README.md (run from the repository root).
+# Regenerates every figure and pasted output in README.md and the generated docs pages
+# (docs/cli.md, demo.md, loop.md, api.md, guarantees.md, studies.md; run from the repository root).
 # Data: the bundled examples in ecal/examples/ and the simulated H200; nothing else.
 set -euo pipefail
 export MPLBACKEND=Agg
@@ -16,9 +17,10 @@ ecal pareto ecal/examples/pipeline_4x8.csv --plot docs/pareto.png -o docs/pareto
 ecal pareto ecal/examples/pipeline_4x8.csv --curve docs/pareto.json --plan-at 1.07x \
      -o docs/plan_at.json                                                 > docs/out/plan_at.txt
 python docs/api_example.py                                              > docs/out/api.txt
+python docs/api_quickstart.py                                           > docs/out/api_quickstart.txt
 mkdir -p docs/route
 ecal plan ecal/examples/workload_1f1b.json --deadline 1.05x -o docs/route/plan.json \
      --schedule docs/route/schedule.json                                  > docs/out/route_plan.txt
 ecal run docs/route/plan.json --workload ecal/examples/workload_1f1b.json > docs/out/route_run.txt
 python experiments/h200_composition.py --out docs/out/h200 2>&1 | sed '/^wrote /d' > docs/out/h200.txt
-python docs/build_readme.py            # pastes docs/out/* into README.md, docs/cli.md, docs/studies.md
+python docs/build_readme.py            # pastes docs/out/* into README.md and the docs pages
