@@ -110,7 +110,8 @@ several works: ready power is calibrated once per operating point and shared; -o
                    help="adaptive characterization: measure a coarse grid, then only the points that "
                         "can still move the frontier of this criterion (default TE; Td/Tsd: the "
                         "element is composed under ⊕ / ⊕multi); prints what was measured, what "
-                        "skipped and why (docs/adaptive.md); not with --results")
+                        "skipped and why (docs/adaptive.md); with --results each measured point is "
+                        "journaled there as it is measured and a rerun resumes")
     _add_json(p)
 
     p = sub.add_parser("frontier", help="Pareto frontier of a signature file", formatter_class=fmt,

@@ -229,9 +229,6 @@ def cmd_characterize(args: argparse.Namespace) -> int:
         raise UsageError("--plot draws one element: characterize one work, or plot each from -o "
                          "with `ecal frontier FILE --element NAME --plot ...`")
     adaptive = getattr(args, "adaptive", None)
-    if adaptive and args.results:
-        raise UsageError("--results (a resumable JSON-lines sweep) does not go with --adaptive: "
-                         "write the measured points with -o")
     if args.results:
         # appended to, never replaced; checked now so a bad path fails before any device work
         check_output_path(args.results, "--results")
@@ -321,13 +318,16 @@ def _characterize_adaptive(args: argparse.Namespace, device: Any, grid: Any, pro
                            progress: Any) -> int:
     """``ecal characterize --adaptive``: :func:`measure.characterize_adaptive` per work; prints
     each element's table (every grid point: measured, or skipped and why); ``-o`` holds the
-    measured signatures (not the estimates) in the format the normal path writes."""
+    measured signatures (not the estimates) in the format the normal path writes. With
+    ``--results`` each element's measured points are journaled as they are measured (one file
+    per element, as for sweeps) and a rerun resumes them."""
     import measure
 
+    journals = _results_paths(args.results, names)
     results = [measure.characterize_adaptive(work, device, grid=grid, criterion=criterion,
                                              target_rse=protocol.target_rse, protocol=protocol,
-                                             name=name, progress=progress)
-               for (_, work, _), name in zip(loaded, names)]
+                                             name=name, progress=progress, journal=rp)
+               for (_, work, _), name, rp in zip(loaded, names, journals)]
     out = Outputs()
     if args.output:
         out.custom(args.output, lambda tmp: measure.save_characterizations(tmp, results))

@@ -10,10 +10,15 @@ copied) the whole grid is known, so everything adaptive skipped can be checked:
 
 * **GPU-seconds**: device time of the adaptive run / of the full sweep (warm-up, ready-power
   calibration, windows and switches included);
-* **plans**: over 40 deadlines from the fastest operating point (top clock of a row) to the cheapest, the min-energy point
-  meeting each deadline on the adaptive frontier (measured points plus the estimates of
-  predicted ones), evaluated with the full grid's values, against the same choice on the full
-  grid (gap = extra energy; a miss = the true time exceeds the deadline);
+* **plans**: over 40 deadlines from the fastest operating point (top clock of a row) to the
+  cheapest, the min-energy point meeting each deadline on the adaptive frontier (measured
+  points only, as ``AdaptiveResult.frontier()`` hands planning), against the same choice on
+  the full grid (gap = extra energy; a miss = the time exceeds the deadline). The headline
+  judges both picks by the simulator's **expected** (noise-free) values at their settings;
+  beside it, by the full grid's measured values, with the per-point σ: a 0.3 % target under
+  per-point noise of that order is, on measured values, a test of the noise (a full-grid pick
+  that is a lucky run is counted separately), and the full grid's own plan is itself up to a
+  few % from the best setting on average;
 * **chains**: the elements of each device in one chain ``Problem`` solved by
   ``solvers.solve`` at several deadlines, from adaptive and from full frontiers, the adaptive
   plan evaluated with the full grid's values;
@@ -21,8 +26,8 @@ copied) the whole grid is known, so everything adaptive skipped can be checked:
   measured point, or a ``predicted`` point whose true value is outside its bound by more than
   k·σ, is counted as a wrong skip.
 
-Run: ``python experiments/adaptive_characterization.py [--quick]`` (about two minutes; the
-simulator runs in virtual time). Writes ``experiments/results/adaptive_characterization.{md,json,png}``.
+Run: ``python experiments/adaptive_characterization.py [--quick] [--plan-tol 0.003]`` (a few
+minutes; the simulator runs in virtual time). Writes ``experiments/results/adaptive_characterization.{md,json,png}``.
 Target (issue 21): plans within 0.3 % of the full grid's at ≤ 25 % of its GPU-seconds.
 The H200 results are SIMULATED; the V100 / RTX 8000 results replay real measurements.
 """
@@ -63,6 +68,9 @@ SIM_GRID = {"sm_clock_mhz": [float(f) for f in range(1980, 344, -15)],
             "power_limit_w": [700.0, 550.0, 400.0, 300.0]}
 CARDS = {"V100": "nv-dvfs/v100-dvfs-real.csv", "RTX 8000": "nv-dvfs/rtx8000-dvfs-real.csv"}
 TARGET_GAP = 0.003
+#: Time within which a deadline is not told apart from a point's time by the oracle count
+#: (k·σ of time at its floor, as adaptive's own rule: k = 2, σ ≥ MIN_RSE_TIME).
+ORACLE_TIME_SLACK = 0.001
 TARGET_GPU_S = 0.25
 CHAIN_DEADLINES = (1.0, 1.02, 1.05, 1.1, 1.2, 1.35, 1.5)
 
@@ -85,6 +93,16 @@ class ElementRun:
     expected: dict[OperatingPoint, tuple[float, float]] | None = None
     plan_gaps_expected: list[float] = field(default_factory=list)
     wrong_skips_expected: list[str] = field(default_factory=list)
+    #: per deadline where the expected gap exceeds the target: the gap by measured values
+    #: (at most the target: the two picks are within it by what was measured, and which is
+    #: better on average is decided by their noise)
+    over_expected: list[tuple[float, float, str]] = field(default_factory=list)
+    #: deadlines where the measured gap exceeds the target but the full grid's pick is a lucky
+    #: run (it meets the deadline only in its run, or it is within the target on average)
+    lucky_full: int = 0
+    #: the full grid's own plan against the best setting on average (both on expected
+    #: values): how far per-point noise alone puts the reference from the best plan
+    full_vs_best: list[float] = field(default_factory=list)
 
     def fastest_s(self) -> float:
         """The fastest time of the element's fastest operating points (the top clock of every
@@ -94,8 +112,9 @@ class ElementRun:
         return min(self.full[o].time_s for o in fastest_points(list(self.full)))
 
     def options(self, adaptive: bool) -> list[Signature]:
-        """Frontier points (adaptive: measured + estimates) as planning options."""
-        pts = (list(self.adaptive.frontier(include_estimates=True, criterion="TE"))
+        """Frontier points as planning options (adaptive: measured points only, the frontier
+        adaptive hands to planning)."""
+        pts = (list(self.adaptive.frontier(criterion="TE"))
                if adaptive else list(pareto_frontier(list(self.full.values()), "TE")))
         return pts
 
@@ -140,13 +159,25 @@ def check(run: ElementRun, k_sigma: float, floor: float = 1e-3, n_deadlines: int
             run.plan_misses.append(math.inf)
             continue
         pick = full[min(ok_ad, key=lambda s: s.energy_j).omega]
-        run.plan_gaps.append(pick.energy_j / best.energy_j - 1.0)
-        if run.expected is not None and run.expected[best.omega][0] <= d * 1.001:
+        gap = pick.energy_j / best.energy_j - 1.0
+        run.plan_gaps.append(gap)
+        ex = run.expected
+        if ex is not None:
+            fair = ex[best.omega][0] <= d * 1.001
+            g_ex = ex[pick.omega][1] / ex[best.omega][1] - 1.0 if fair else None
+            if gap > TARGET_GAP and (g_ex is None or g_ex <= TARGET_GAP):
+                run.lucky_full += 1
+            on_avg = [e for t, e in ex.values() if t <= d * (1 + 1e-9)]
+            if fair and on_avg:
+                run.full_vs_best.append(ex[best.omega][1] / min(on_avg) - 1.0)
+        if ex is not None and g_ex is not None:
             # both choices judged by the simulator's noise-free values at their settings, where
             # the full grid's choice meets the deadline on average too (it may be a capped
             # point whose clock wandered high in its one run: a lucky draw, not a setting)
-            run.plan_gaps_expected.append(run.expected[pick.omega][1]
-                                          / run.expected[best.omega][1] - 1.0)
+            run.plan_gaps_expected.append(g_ex)
+            if g_ex > TARGET_GAP:
+                run.over_expected.append((g_ex, gap, f"{d * 1e3:.4g} ms: {best.omega.label()} "
+                                          f"(full) vs {pick.omega.label()} (adaptive)"))
         if run.truth is not None and run.truth[best.omega].time_s <= d * 1.001:
             # both choices judged by an independent re-measurement (where the full grid's own
             # choice still meets the deadline there: it may have been picked for a lucky T)
@@ -179,9 +210,14 @@ def check(run: ElementRun, k_sigma: float, floor: float = 1e-3, n_deadlines: int
         # setting's value, which is what its bound (the row's plateau) is about
         ex = run.expected
         mexp = np.array([ex[s.omega][:2] for s in run.adaptive.signatures])
+        # the rule's own σ: the median relative standard error of the element's points (what
+        # the planner uses), at least ``floor``
+        rel = np.array([max(floor, float(np.median([s.sd_time_s / s.time_s for s in full.values()]))),
+                        max(floor, float(np.median([s.sd_energy_j / s.energy_j
+                                                    for s in full.values()])))])
         for sk in run.adaptive.skipped:
             v = np.array(ex[sk.omega][:2])
-            tol = k_sigma * floor * np.abs(v)
+            tol = k_sigma * rel * np.abs(v)
             if sk.reason == "dominated" and not np.any(np.all(mexp <= v + tol, axis=1)):
                 run.wrong_skips_expected.append(f"{sk.omega.label()} dominated, but not on average")
             elif sk.reason == "predicted":
@@ -217,8 +253,8 @@ def chain(runs: Sequence[ElementRun], name: str, stage_s: float = 0.1) -> list[d
     lucky = p_full.fastest_makespan_s()
     exp = all(r.expected is not None for r in runs)
 
-    def expected_j(opts: list[list[Signature]], plan: Any) -> float:
-        return sum(r.expected[opts[i][t.option].omega][1] * ns[i]  # type: ignore[index]
+    def expected_j(opts: list[list[Signature]], plan: Any, what: int = 1) -> float:
+        return sum(r.expected[opts[i][t.option].omega][what] * ns[i]  # type: ignore[index]
                    for i, (r, t) in enumerate(zip(runs, plan.tasks)))
 
 
@@ -247,8 +283,20 @@ def chain(runs: Sequence[ElementRun], name: str, stage_s: float = 0.1) -> list[d
         out.append({"deadline_x": f, "full_j": truth_f, "adaptive_j": e_a,
                     "gap": e_a / truth_f - 1.0, "time_over": max(0.0, t_a / d - 1.0),
                     "gap_indep": indep_a / indep_f - 1.0 if indep else None,  # type: ignore[operator]
+                    # on expected values only where the full grid's plan meets the deadline on
+                    # average too (as per element): else it is compared with a plan that is
+                    # feasible only by its lucky runs
                     "gap_expected": (expected_j(o_ad, plan_a) / expected_j(o_full, plan_f) - 1.0
-                                     if exp else None),
+                                     if exp and expected_j(o_full, plan_f, 0) <= d * 1.001
+                                     else None),
+                    "gap_expected_any": (expected_j(o_ad, plan_a) / expected_j(o_full, plan_f)
+                                         - 1.0 if exp else None),
+                    # the full grid's plan on average: at 1x it leans on capped runs that were
+                    # faster in their run than their setting is, so on average it is late
+                    "full_time_over_expected": (max(0.0, expected_j(o_full, plan_f, 0) / d - 1.0)
+                                                if exp else None),
+                    "adaptive_time_over_expected": (
+                        max(0.0, expected_j(o_ad, plan_a, 0) / d - 1.0) if exp else None),
                     "fastest_s": fastest, "fastest_any_point_s": lucky,
                     "method": plan_a.method})
     return out
@@ -268,7 +316,8 @@ def expected_values(element: str, full: Mapping[OperatingPoint, Signature]
 
 
 def run_sim(elements: Sequence[str], protocol: Protocol, k_sigma: float, rel_tol: float | None,
-            grid: Mapping = SIM_GRID, criterion: str = "TE") -> list[ElementRun]:
+            grid: Mapping = SIM_GRID, criterion: str = "TE",
+            plan_tol: float | None = TARGET_GAP) -> list[ElementRun]:
     """Simulated H200: full grid and adaptive per element (fresh devices, seed 0)."""
     runs = []
     for el in elements:
@@ -276,7 +325,7 @@ def run_sim(elements: Sequence[str], protocol: Protocol, k_sigma: float, rel_tol
         truth, _ = full_sweep(SimulatedGPU(seed=1), preset(el), el, grid, protocol)
         ad = characterize_adaptive(preset(el), SimulatedGPU(seed=0), grid=grid, criterion=criterion,  # type: ignore[arg-type]
                                    target_rse=protocol.target_rse, protocol=protocol, name=el,
-                                   k_sigma=k_sigma, rel_tol=rel_tol)
+                                   k_sigma=k_sigma, rel_tol=rel_tol, plan_tol=plan_tol)
         r = ElementRun("H200 (simulated)", el, full, full_s, ad, truth,
                        expected=expected_values(el, full))
         check(r, k_sigma)
@@ -290,7 +339,8 @@ NVDVFS_RSE = 0.005
 
 
 def run_card(card: str, protocol: Protocol, k_sigma: float, rel_tol: float | None,
-             limit: int | None = None, rse_floor: float = NVDVFS_RSE) -> list[ElementRun]:
+             limit: int | None = None, rse_floor: float = NVDVFS_RSE,
+             plan_tol: float | None = TARGET_GAP) -> list[ElementRun]:
     """A replayed NV-DVFS card: every kernel's 10-clock sweep, full and adaptive."""
     path = shared_file(CARDS[card])
     if path is None:
@@ -303,7 +353,8 @@ def run_card(card: str, protocol: Protocol, k_sigma: float, rel_tol: float | Non
         full, full_s = full_sweep(ReplayDevice(one, name=card), name, name, grid, protocol)
         ad = characterize_adaptive(name, ReplayDevice(one, name=card), grid=grid,
                                    target_rse=protocol.target_rse, protocol=protocol, name=name,
-                                   k_sigma=k_sigma, rel_tol=rel_tol, rse_floor=rse_floor)
+                                   k_sigma=k_sigma, rel_tol=rel_tol, rse_floor=rse_floor,
+                                   plan_tol=plan_tol)
         r = ElementRun(f"{card} (NV-DVFS, replayed)", name.split("/")[0], full, full_s, ad)
         check(r, k_sigma, floor=rse_floor)
         runs.append(r)
@@ -337,46 +388,131 @@ def summarize(runs: Sequence[ElementRun]) -> dict[str, Any]:
                                      if all(r.expected is not None for r in runs) else None),
             "coarse_fraction": sum(len(r.adaptive.meta.get("coarse_points") or ())
                                    for r in runs) / max(1, pts),
-            "violations": sum(len(r.adaptive.violations) for r in runs)}
+            "violations": sum(len(r.adaptive.violations) for r in runs),
+            "over_target_expected": sum(len(r.over_expected) for r in runs),
+            "over_target_expected_within_target_measured": sum(
+                sum(gm <= TARGET_GAP for _, gm, _ in r.over_expected) for r in runs),
+            "over_target_measured": sum(sum(g > TARGET_GAP for g in r.plan_gaps) for r in runs),
+            "over_target_measured_lucky_full": sum(r.lucky_full for r in runs),
+            "max_full_vs_best_expected": max(fb) if (fb := [g for r in runs
+                                                             for g in r.full_vs_best]) else None,
+            "point_sigma": point_sigma(runs)}
+
+
+def point_sigma(runs: Sequence[ElementRun]) -> dict[str, float | None]:
+    """Per-point noise of E: the median relative standard error the points report (their
+    windows), and, where a re-measurement exists, the median run-to-run spread, for uncapped
+    and capped points (a capped clock wanders between runs more than its windows show)."""
+    out: dict[str, float | None] = {}
+    for capped, tag in ((False, "uncapped"), (True, "capped")):
+        se = [s.sd_energy_j / s.energy_j for r in runs for s in r.full.values()
+              if _capped(s) == capped and s.energy_j > 0]
+        out[f"se_{tag}"] = float(np.median(se)) if se else None
+        rr = [remeasured_noise(r)[capped] for r in runs if r.truth is not None]
+        out[f"run_to_run_{tag}"] = float(np.median(rr)) if rr else None
+    return out
 
 
 def element_rows(runs: Sequence[ElementRun]) -> list[list[str]]:
-    """One table row per element."""
+    """One table row per element (columns :data:`HEAD`)."""
     rows = []
     for r in runs:
         a = r.adaptive
         by = a.skipped_by_reason()
+        cover = (f"{min_cover(r.expected, TARGET_GAP)} / "
+                 f"{min_cover(r.expected, TARGET_GAP, ORACLE_TIME_SLACK)}"
+                 if r.expected is not None else "-")
+        verdict, why = meets_target(r)
         rows.append([r.device, r.element, f"{len(a.signatures)}/{len(a.grid)}",
                      f"{a.gpu_s:.0f} / {r.full_gpu_s:.0f}", f"{100 * a.gpu_s / r.full_gpu_s:.1f} %",
+                     cover,
                      str(by.get("dominated", 0)), str(by.get("predicted", 0)),
+                     f"{100 * max(r.plan_gaps_expected):.2f} %" if r.plan_gaps_expected else "-",
                      f"{100 * max(r.plan_gaps):.2f} %" if r.plan_gaps else "-",
                      f"{100 * float(np.mean(r.plan_gaps)):.3f} %" if r.plan_gaps else "-",
-                     f"{100 * max(r.plan_gaps_expected):.2f} %" if r.plan_gaps_expected else "-",
                      str(len(r.plan_misses)) + (f" (≤ {100 * max(r.plan_misses):.2f} %)"
                                                 if r.plan_misses else ""),
                      f"{len(r.wrong_skips)} / {len(r.wrong_skips_noise)}"
                      + (f" / {len(r.wrong_skips_expected)}" if r.expected is not None else ""),
-                     str(len(a.violations)), meets_target(r)])
+                     str(len(a.violations)), verdict, why])
     return rows
 
 
-def meets_target(r: ElementRun) -> str:
-    """Whether an element meets issue 21's target (≤ 25 % of the GPU-seconds and every plan
-    within 0.3 %, judged by the noise-free values where the simulator gives them); "n/a" on a
-    grid too small for the GPU-seconds target to be reachable (the coarse start alone is more)."""
+def min_cover(expected: Mapping[OperatingPoint, tuple[float, float]], tol: float,
+              time_slack: float = 0.0) -> int:
+    """The fewest settings any plan from measured points needs to be within ``tol`` of the
+    best setting at every deadline, on the simulator's noise-free values (an oracle that knows
+    the frontier and measures only it): each frontier setting p needs a measured one with
+    T ≤ (1 + ``time_slack``)·T(p) and E ≤ (1 + tol)·E(p). Each candidate covers a contiguous
+    run of the frontier, so the greedy interval cover is optimal."""
+    front: list[tuple[float, float]] = []
+    for t, e in sorted(set(expected.values())):
+        if not front or e < front[-1][1]:
+            front.append((t, e))
+    n, span = len(front), []
+    for i, (t, e) in enumerate(front):
+        lo = hi = i
+        while lo > 0 and t <= (1 + time_slack) * front[lo - 1][0]:
+            lo -= 1
+        while hi + 1 < n and e <= (1 + tol) * front[hi + 1][1]:
+            hi += 1
+        span.append((lo, hi))
+    count = i = 0
+    while i < n:              # the leftmost uncovered setting: the candidate reaching furthest
+        count += 1
+        i = max(hi for lo, hi in span if lo <= i) + 1
+    return count
+
+
+def meets_target(r: ElementRun) -> tuple[str, str]:
+    """Whether an element meets issue 21's target (≤ 25 % of the GPU-seconds, every plan
+    within 0.3 % judged by the noise-free values where the simulator gives them, no deadline
+    missed), and if not, why; "n/a" on a grid too small for the GPU-seconds target to be
+    reachable (the coarse start alone is more)."""
     frac = r.adaptive.gpu_s / r.full_gpu_s
     gaps = r.plan_gaps_expected or r.plan_gaps
     coarse = len(r.adaptive.meta.get("coarse_points") or ()) / max(1, len(r.adaptive.grid))
     if coarse > TARGET_GPU_S:
-        return "n/a (coarse start > 25 %)"
-    ok = frac <= TARGET_GPU_S and bool(gaps) and max(gaps) <= TARGET_GAP and not r.plan_misses
-    return "yes" if ok else "no"
+        return "n/a (coarse start > 25 %)", ""
+    why = []
+    if frac > TARGET_GPU_S:
+        n = len(r.adaptive.grid)
+        cover = min_cover(r.expected, TARGET_GAP) if r.expected is not None else None
+        loose = (min_cover(r.expected, TARGET_GAP, ORACLE_TIME_SLACK)
+                 if r.expected is not None else None)
+        why.append(f"GPU-s {100 * frac:.0f} % > 25 %" + (
+            f": plans within 0.3 % from measured points need, even from an oracle that knows "
+            f"the frontier, {cover} measured settings ({100 * cover / n:.0f} % of the grid; "
+            f"{loose}, {100 * loose / n:.0f} %, allowing deadlines within 0.1 % of a point's "
+            "time); adaptive has to find the frontier through its bounds"
+            if cover is not None and loose is not None else ""))
+    real = [x for x in r.over_expected if x[1] > TARGET_GAP]
+    noise = [x for x in r.over_expected if x[1] <= TARGET_GAP]
+    if real:
+        why.append(f"{len(real)} deadline(s) over 0.3 % by expected and measured values "
+                   f"(max {100 * max(x[0] for x in real):.2f} % at {max(real)[2]})")
+    if noise:
+        worst = max(noise)
+        why.append(f"{len(noise)} deadline(s) over 0.3 % on expected values only, max "
+                   f"{100 * worst[0]:.2f} % at {worst[2]}: by measured values the two picks are "
+                   f"within {100 * worst[1]:.2f} %, so which is better on average is decided by "
+                   "their noise")
+    if not gaps:
+        why.append("no plan compared")
+    if r.plan_misses:
+        why.append(f"{len(r.plan_misses)} deadline(s) missed")
+    if not why:
+        return "yes", ""
+    if all(w.startswith(tuple("0123456789")) and "expected values only" in w for w in why):
+        return "yes, but for noise", "; ".join(why)
+    return "no", "; ".join(why)
 
 
-HEAD = ["device", "element", "measured/grid", "GPU-s adaptive / full", "GPU-s %", "dominated",
-        "predicted", "max plan gap", "mean plan gap", "max gap, expected",
-        "deadline misses (time over)",
-        "wrong skips (own σ / re-measured noise / expected)", "violations", "meets target"]
+HEAD = ["device", "element", "measured/grid", "GPU-s adaptive / full", "GPU-s %",
+        "oracle: fewest settings for 0.3 % (strict / 0.1 % time slack)", "dominated", "predicted", "max gap, expected",
+        "max gap, measured", "mean gap, measured", "deadline misses (time over)",
+        "wrong skips (own σ / re-measured noise / expected)", "violations", "meets target",
+        "why not"]
 
 
 def plot(groups: Mapping[str, Sequence[ElementRun]], path: Path) -> None:
@@ -410,13 +546,15 @@ def plot(groups: Mapping[str, Sequence[ElementRun]], path: Path) -> None:
         ax.scatter([s.time_s * 1e3 for s in est], [s.energy_j for s in est], s=14,
                    facecolors="none", edgecolors="tab:orange", label=f"predicted ({len(est)})",
                    zorder=2)
-        af = r.adaptive.frontier(include_estimates=True, criterion="TE")
+        af = r.adaptive.frontier(criterion="TE")
         ax.plot([s.time_s * 1e3 for s in af], [s.energy_j for s in af], c="tab:blue", lw=1,
                 ls="--", label="adaptive frontier")
         ax.set_xlabel("T (ms)")
         ax.set_ylabel("E (J)")
         ax.set_title(f"{r.device}: {r.element}\n{100 * r.adaptive.gpu_s / r.full_gpu_s:.0f} % "
-                     f"of full-grid GPU-s, max plan gap {100 * max(r.plan_gaps):.2f} %", fontsize=9)
+                     f"of full-grid GPU-s, max plan gap {100 * max(r.plan_gaps):.2f} % measured"
+                     + (f", {100 * max(r.plan_gaps_expected):.2f} % expected"
+                        if r.plan_gaps_expected else ""), fontsize=9)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
     for ax in axes[n:]:
@@ -427,17 +565,21 @@ def plot(groups: Mapping[str, Sequence[ElementRun]], path: Path) -> None:
 
 def run(quick: bool = False, k_sigma: float = 2.0, rel_tol: float | None = None,
         target_rse: float = 0.01, out: Path | None = RESULTS_DIR,
-        tradeoff: Sequence[float] = (0.002, 0.005, 0.01, 0.02)) -> dict[str, Any]:
-    """All groups, the chains, the rel_tol trade-off on the simulator; writes md/json/png."""
+        plan_tol: float = TARGET_GAP,
+        tradeoff: Sequence[float] = (0.002, 0.003, 0.005, 0.01)) -> dict[str, Any]:
+    """All groups, the chains, the plan_tol trade-off on the simulator; writes md/json/png."""
     proto = Protocol(target_rse=target_rse)
     sim_el = SIM_ELEMENTS[:2] if quick else SIM_ELEMENTS
-    groups: dict[str, list[ElementRun]] = {"H200 (simulated)": run_sim(sim_el, proto, k_sigma, rel_tol)}
+    groups: dict[str, list[ElementRun]] = {"H200 (simulated)": run_sim(
+        sim_el, proto, k_sigma, rel_tol, plan_tol=plan_tol)}
     for card in CARDS:
-        runs = run_card(card, proto, k_sigma, rel_tol, limit=4 if quick else None)
+        runs = run_card(card, proto, k_sigma, rel_tol, limit=4 if quick else None,
+                        plan_tol=plan_tol)
         if runs:
             groups[f"{card} (NV-DVFS, replayed)"] = runs
     res: dict[str, Any] = {"target_plan_gap": TARGET_GAP, "target_gpu_s_fraction": TARGET_GPU_S,
                            "k_sigma": k_sigma, "rel_tol": rel_tol if rel_tol is not None else target_rse,
+                           "plan_tol": plan_tol,
                            "target_rse": target_rse, "groups": {}, "chains": {}, "tradeoff": []}
     for g, runs in groups.items():
         res["groups"][g] = {"summary": summarize(runs),
@@ -449,19 +591,23 @@ def run(quick: bool = False, k_sigma: float = 2.0, rel_tol: float | None = None,
                                 r.element: r.wrong_skips_expected for r in runs
                                 if r.wrong_skips_expected},
                             "violations": {r.element: [v.to_dict() for v in r.adaptive.violations]
-                                           for r in runs if r.adaptive.violations}}
+                                           for r in runs if r.adaptive.violations},
+                            "over_target_expected": {
+                                r.element: [{"gap_expected": ge, "gap_measured": gm, "where": w}
+                                            for ge, gm, w in r.over_expected]
+                                for r in runs if r.over_expected}}
         res["chains"][g] = chain(runs, g)
     if not quick:
-        for rt in tradeoff:
+        for pt in tradeoff:
             runs = [ElementRun(r.device, r.element, r.full, r.full_gpu_s, characterize_adaptive(
                 preset(r.element), SimulatedGPU(seed=0), grid=SIM_GRID, protocol=proto,
-                target_rse=target_rse, name=r.element, k_sigma=k_sigma, rel_tol=rt), r.truth,
-                expected=r.expected)
+                target_rse=target_rse, name=r.element, k_sigma=k_sigma, rel_tol=rel_tol,
+                plan_tol=pt), r.truth, expected=r.expected)
                 for r in groups["H200 (simulated)"]]
             for r in runs:
                 check(r, k_sigma)
             s = summarize(runs)
-            res["tradeoff"].append({"rel_tol": rt, **s})
+            res["tradeoff"].append({"plan_tol": pt, **s})
     text = table(res)
     if out is not None:
         out = Path(out)
@@ -481,56 +627,92 @@ def table(res: Mapping[str, Any]) -> str:
     out = ["# Adaptive characterization vs the full grid", "",
            f"Target: plans within {100 * TARGET_GAP:.1f} % of the full grid's at ≤ "
            f"{100 * TARGET_GPU_S:.0f} % of its GPU-seconds. k = {res['k_sigma']:g} σ, "
-           f"rel_tol = {res['rel_tol']:g}, target rse {res['target_rse']:g} per point. "
+           f"rel_tol = {res['rel_tol']:g}, plan_tol = {res['plan_tol']:g}, target rse "
+           f"{res['target_rse']:g} per point. "
            "H200 rows are SIMULATED; V100 / RTX 8000 rows replay real NV-DVFS sweeps.", "",
            "## Per group", ""]
     rows = []
     for g, d in res["groups"].items():
         s = d["summary"]
+        ps = s.get("point_sigma") or {}
+        sig = ("-" if ps.get("se_uncapped") is None else "single runs (σ assumed)"
+               if (ps.get("se_uncapped") or 0.0) < 1e-5 else
+               f"{_pct(ps.get('se_uncapped'))} / {_pct(ps.get('se_capped'))}"
+               + (f" (run to run {_pct(ps.get('run_to_run_uncapped'))} / "
+                  f"{_pct(ps.get('run_to_run_capped'))})"
+                  if ps.get("run_to_run_uncapped") is not None else ""))
         rows.append([g, s["elements"], f"{s['measured']}/{s['grid_points']}",
                      f"{s['gpu_s_adaptive']:.0f} / {s['gpu_s_full']:.0f}",
-                     _pct(s["gpu_s_fraction"], 1), _pct(s["max_plan_gap"]),
-                     _pct(s["mean_plan_gap"], 3), _pct(s["within_target"], 0),
-                     _pct(s["max_plan_gap_indep"]), _pct(s["mean_plan_gap_indep"], 3),
+                     _pct(s["gpu_s_fraction"], 1),
                      _pct(s.get("max_plan_gap_expected")), _pct(s.get("mean_plan_gap_expected"), 3),
                      _pct(s.get("within_target_expected"), 1),
+                     "-" if s.get("max_plan_gap_expected") is None else
+                     f"{s['over_target_expected']} ({s['over_target_expected_within_target_measured']})",
+                     _pct(s.get("max_full_vs_best_expected")),
+                     _pct(s["max_plan_gap"]), _pct(s["mean_plan_gap"], 3),
+                     _pct(s["within_target"], 0),
+                     f"{s['over_target_measured']} ({s['over_target_measured_lucky_full']})"
+                     if s.get("max_plan_gap_expected") is not None else str(s["over_target_measured"]),
+                     sig, _pct(s["max_plan_gap_indep"]),
                      s["deadline_misses"],
                      f"{s['wrong_skips']} / {s['wrong_skips_beyond_remeasured_noise']}"
                      + (f" / {s['wrong_skips_expected']}" if s.get("wrong_skips_expected") is not None
                         else ""),
                      s["violations"]])
     out.append(markdown_table(["group", "elements", "measured/grid", "GPU-s adaptive / full",
-                               "GPU-s %", "max plan gap", "mean plan gap",
-                               "deadlines within 0.3 %", "max gap, re-measured",
-                               "mean gap, re-measured", "max gap, expected", "mean gap, expected",
-                               "deadlines within 0.3 %, expected", "deadline misses",
+                               "GPU-s %", "max gap, expected", "mean gap, expected",
+                               "deadlines within 0.3 %, expected",
+                               "deadlines over 0.3 %, expected (of which within 0.3 % measured)",
+                               "full grid's own plan vs best on average, max",
+                               "max gap, measured", "mean gap, measured",
+                               "deadlines within 0.3 %, measured",
+                               "deadlines over 0.3 %, measured (of which a lucky full-grid run)",
+                               "per-point σ of E: uncapped / capped", "max gap, re-measured",
+                               "deadline misses",
                                "wrong skips (own σ / re-measured noise / expected)", "violations"],
                               rows))
     out += notes(res)
-    out += ["## Chains (solvers.solve; adaptive plan evaluated with the full grid's values)", ""]
+    out += ["## Chains (solvers.solve; adaptive plan evaluated with the full grid's values)", "",
+            "*gap, expected* is in brackets where the full grid's chain plan meets the deadline "
+            "only by its measured times, not on average: given measured values, the solver leans "
+            "on capped runs that were faster in their run than their setting is on average (at "
+            "1× only such runs are faster than an element's fastest operating point, and the "
+            "full grid holds every capped run of a row, adaptive only those it measured), and "
+            "spends the time they save where a little more time saves much energy (copy_2GiB: 0.1 % more time "
+            "per 15 MHz step, 1.4 % less energy). Both plans are then compared on expected "
+            "energy while neither is feasible on average.", ""]
     crow = []
     for g, rows_c in res["chains"].items():
         for c in rows_c:
             crow.append([g, f"{c['deadline_x']:g}×", f"{c['full_j']:.4g}",
                          "infeasible" if c["adaptive_j"] is None else f"{c['adaptive_j']:.4g}",
-                         _pct(c["gap"], 3), _pct(c["time_over"], 3), _pct(c.get("gap_indep"), 3),
-                         _pct(c.get("gap_expected"), 3)])
+                         (_pct(c.get("gap_expected"), 3) if c.get("gap_expected") is not None
+                          or c.get("gap_expected_any") is None else
+                          f"({_pct(c.get('gap_expected_any'), 3)}: full plan late on average)"),
+                         _pct(c["gap"], 3), _pct(c["time_over"], 3),
+                         _pct(c.get("gap_indep"), 3), _pct(c.get("full_time_over_expected"), 2),
+                         _pct(c.get("adaptive_time_over_expected"), 2)])
     out.append(markdown_table(["group", "deadline (× fastest)", "E full (J)", "E adaptive (J)",
-                               "gap", "time over deadline", "gap, re-measured", "gap, expected"],
+                               "gap, expected", "gap, measured", "time over deadline",
+                               "gap, re-measured", "full plan late on average by",
+                               "adaptive plan late on average by"],
                               crow))
     if res["tradeoff"]:
-        out += ["## rel_tol trade-off (simulated H200)", ""]
-        out.append(markdown_table(["rel_tol", "measured/grid", "GPU-s %", "max plan gap",
-                                   "mean plan gap", "deadlines within 0.3 %",
-                                   "max gap, re-measured", "mean gap, re-measured",
+        out += ["## plan_tol trade-off (simulated H200)", ""]
+        out.append(markdown_table(["plan_tol", "measured/grid", "GPU-s %",
                                    "max gap, expected", "mean gap, expected",
+                                   "deadlines within 0.3 %, expected", "max gap, measured",
+                                   "mean gap, measured", "deadlines within 0.3 %, measured",
+                                   "max gap, re-measured", "deadline misses",
                                    "wrong skips (own σ / re-measured noise / expected)"],
-                                  [[t["rel_tol"], f"{t['measured']}/{t['grid_points']}",
-                                    _pct(t["gpu_s_fraction"], 1), _pct(t["max_plan_gap"]),
-                                    _pct(t["mean_plan_gap"], 3), _pct(t["within_target"], 0),
-                                    _pct(t["max_plan_gap_indep"]), _pct(t["mean_plan_gap_indep"], 3),
+                                  [[t["plan_tol"], f"{t['measured']}/{t['grid_points']}",
+                                    _pct(t["gpu_s_fraction"], 1),
                                     _pct(t.get("max_plan_gap_expected")),
                                     _pct(t.get("mean_plan_gap_expected"), 3),
+                                    _pct(t.get("within_target_expected"), 1),
+                                    _pct(t["max_plan_gap"]), _pct(t["mean_plan_gap"], 3),
+                                    _pct(t["within_target"], 0), _pct(t["max_plan_gap_indep"]),
+                                    t["deadline_misses"],
                                     f"{t['wrong_skips']} / {t['wrong_skips_beyond_remeasured_noise']}"
                                     f" / {t.get('wrong_skips_expected')}"]
                                    for t in res["tradeoff"]]))
@@ -541,28 +723,44 @@ def table(res: Mapping[str, Any]) -> str:
 
 
 def notes(res: Mapping[str, Any]) -> list[str]:
-    """What the columns mean, and where the target can and cannot be judged."""
-    out = ["Columns: *gap*: extra energy of the adaptive plan over the full grid's at the same "
-           "deadline, both judged by the full grid's measured values; *re-measured*: both "
-           "judged by an independent re-measurement of the grid (simulator seed 1); "
-           "*expected*: both judged by the simulator's noise-free values at their settings "
-           "(per element: only deadlines the full grid's choice meets on average too; the "
-           "chains do not check that). "
-           "Deadlines start at 1× the element's fastest operating point (the top clock of "
-           "each power-limit row; always measured by adaptive).", ""]
+    """What the columns mean, the headline metric, and where the target can and cannot be
+    judged."""
+    out = ["Plans use measured points only (`AdaptiveResult.frontier()`): every operating point "
+           "an adaptive plan picks was measured, and on the simulator it is bit-identical to the "
+           "same point of the full sweep (points are seeded by key), so no deadline is missed "
+           "by the measured times. A point is skipped only where a measured point at least as "
+           "fast is within `plan_tol` of its best-case energy (or dominates it within k·σ, "
+           "capped at `plan_tol`).", "",
+           "**Headline: gaps on expected values.** *gap, expected*: extra energy of the "
+           "adaptive plan over the full grid's at the same deadline, both judged by the "
+           "simulator's noise-free values at the settings they picked (per element: only "
+           "deadlines the full grid's pick meets on average too). That is what a plan costs on "
+           "average; per-point noise does not decide it. *gap, measured*: both judged by the "
+           "full grid's measured values (the number of the issue's wording). Beside them, the "
+           "per-point σ: the standard error a point's windows report, and the run-to-run spread "
+           "seen on an independent re-measurement (seed 1; a capped clock wanders between runs). "
+           "The full grid's plan is itself a pick among noisy values: *full grid's own plan vs "
+           "best on average* is how far that noise alone puts the reference from the best "
+           "setting on average. A 0.3 % target on measured values, with points measured to "
+           "about 1 % (window σ of a few 0.1 %, capped runs ~1 % apart), is a test of that "
+           "noise: the largest measured gaps are full-grid picks that are lucky runs (a capped "
+           "run faster or cheaper in its run than its setting is on average), counted in "
+           "brackets.", "",
+           "Deadlines start at 1× the element's fastest operating point (the top clock of each "
+           "power-limit row; always measured by adaptive).", ""]
     sim = [e for g, d in res["groups"].items() if g.startswith("H200") for e in d["elements"]]
     if sim:
         met = [e["element"] for e in sim if e["meets target"] == "yes"]
-        gap_ok = [f"{e['element']} ({e['deadline misses (time over)'].replace(' (', ' misses, ', 1)}"
-                  for e in sim
-                  if e["meets target"] != "yes" and e["max gap, expected"] not in ("-",)
-                  and float(e["max gap, expected"].rstrip(" %")) <= 100 * TARGET_GAP]
+        noise = [e["element"] for e in sim if e["meets target"] == "yes, but for noise"]
+        miss = [f"{e['element']} ({e['why not']})" for e in sim
+                if e["meets target"] not in ("yes", "yes, but for noise")]
         out += [f"**Where the target is meaningful** (the simulated H200's 110-clock × 4-limit "
-                f"grid, 440 points per element): {len(met)} of {len(sim)} elements meet it "
-                f"(≤ 25 % GPU-s, every plan within 0.3 % on expected values, no deadline "
-                f"missed): {', '.join(met) or 'none'}. Within 0.3 % on expected values but "
-                f"missing some deadlines by the measured times (an estimate a little "
-                f"optimistic): {', '.join(gap_ok) or 'none'}.", ""]
+                f"grid, 440 points per element, plan_tol = {res.get('plan_tol', TARGET_GAP):g}): "
+                f"{len(met)} of {len(sim)} elements meet it outright (≤ 25 % GPU-s, every plan "
+                f"within 0.3 % on expected values, no deadline missed): {', '.join(met) or 'none'}. "
+                f"Within it but for deadlines where the two picks are within 0.3 % by measured "
+                f"values and their noise decides which is better on average: "
+                f"{', '.join(noise) or 'none'}. Not met: {'; '.join(miss) or 'none'}.", ""]
     cards = [g for g in res["groups"] if "NV-DVFS" in g]
     if cards:
         frac = max(res["groups"][g]["summary"]["coarse_fraction"] for g in cards)
@@ -582,9 +780,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="2 simulated elements, 4 kernels per card")
     ap.add_argument("--k-sigma", type=float, default=2.0)
     ap.add_argument("--rel-tol", type=float, default=None)
+    ap.add_argument("--plan-tol", type=float, default=TARGET_GAP,
+                    help="energy a plan from measured points may lose to a skipped point")
     ap.add_argument("--out", type=Path, default=RESULTS_DIR)
     a = ap.parse_args(argv)
-    res = run(quick=a.quick, k_sigma=a.k_sigma, rel_tol=a.rel_tol, out=a.out)
+    res = run(quick=a.quick, k_sigma=a.k_sigma, rel_tol=a.rel_tol, out=a.out,
+              plan_tol=a.plan_tol)
     print(res["text"])
     return 0
 

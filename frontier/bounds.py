@@ -212,24 +212,28 @@ def merge_close(xs: Sequence[float], los: Sequence[float], his: Sequence[float],
     return np.array(mx), np.array(mlo), np.array(mhi)
 
 
-def dominating(corner: Sequence[float], points: np.ndarray, tol: Sequence[float]) -> int | None:
+def dominating(corner: Sequence[float], points: np.ndarray, tol: Sequence[float] | np.ndarray
+               ) -> int | None:
     """Index of a point that weakly dominates ``corner`` within ``tol`` (every coordinate
     ≤ corner + tol; smaller is better in all), or None. With ``corner`` the best case of an
     unmeasured point (all its lower bounds), such a point means the unmeasured one cannot
-    improve the frontier by more than ``tol`` in any coordinate. The best such point is the
-    one with the smallest sum of coordinates scaled by tol."""
+    improve the frontier by more than ``tol`` in any coordinate. ``tol``: one value per
+    coordinate, or one row per point (shape (n, d): each point's own uncertainty). The best
+    such point is the one with the smallest sum of coordinates scaled by tol."""
     c = np.asarray(corner, dtype=float)
     t = np.asarray(tol, dtype=float)
     p = np.asarray(points, dtype=float)
     if p.size == 0:
         return None
-    if p.ndim != 2 or p.shape[1] != c.size or t.size != c.size:
-        raise BoundsError(f"dominating: points must be (n, {c.size}), tol of length {c.size}")
+    if p.ndim != 2 or p.shape[1] != c.size or t.shape not in ((c.size,), p.shape):
+        raise BoundsError(f"dominating: points must be (n, {c.size}), tol of length {c.size} "
+                          f"or of the points' shape")
     if np.any(t < 0) or not np.all(np.isfinite(t)):
         raise BoundsError("dominating: tol must be finite and >= 0")
+    t = np.broadcast_to(t, p.shape)
     ok = np.all(p <= c + t, axis=1)
     if not ok.any():
         return None
     idx = np.flatnonzero(ok)
-    scale = np.where(t > 0, t, 1.0)
+    scale = np.where(t[idx] > 0, t[idx], 1.0)
     return int(idx[np.argmin(np.sum(p[idx] / scale, axis=1))])

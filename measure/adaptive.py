@@ -3,18 +3,36 @@
 :func:`characterize_adaptive` measures a coarse clock × power-limit grid, then, round after
 round, bounds every unmeasured point of the full grid from its measured neighbours
 (:mod:`frontier.bounds`) and measures only points whose bound is still too wide to decide.
-An unmeasured point is **skipped** when either
+
+**Plans use measured points only.** :meth:`AdaptiveResult.frontier` (and ``save``,
+``keyed``) hand planning the measured points; the estimates of predicted points are there on
+request (``include_estimates=True``) and decide what is skipped. So every operating point a
+plan picks was measured (on the simulator, bit-identical to the same point of a full sweep),
+and a skip must bound what it costs a plan: ``plan_tol``, the relative energy a plan from
+measured points may pay over the skipped point (default ``rel_tol``). An unmeasured point is
+**skipped** when
 
 * ``dominated``: even its best case (every coordinate at its lower bound) is weakly dominated,
-  within k·σ of the measurements, by a point already measured, in the coordinates of the
-  criterion the element will be composed under (``"TE"``: (T, E) for ⊗; ``"Tsd"``: (T, s, d)
-  for ⊕multi; ``"Td"``: (T, s, d) and only by a point at the same ω_dev, since a ⊕ branch
-  shares its device's ω_dev — spec §7, :mod:`frontier.pareto`), so it cannot move that
-  frontier by more than σ; or
+  within k·σ of the measurements (in energy at most ``plan_tol``), by a point already
+  measured, in the coordinates of the criterion the element will be composed under (``"TE"``:
+  (T, E) for ⊗; ``"Tsd"``: (T, s, d) for ⊕multi; ``"Td"``: (T, s, d) and only by a point at
+  the same ω_dev, since a ⊕ branch shares its device's ω_dev — spec §7,
+  :mod:`frontier.pareto`); or it is the same setting as a measured point (an uncapped point
+  at the same SM clock and another power limit, which it does not reach; not for ``"Td"``);
 * ``predicted``: its bound is narrower than the tolerance in every such coordinate
-  (tolerance = max(k·σ, ``rel_tol``) relative), so measuring it could not change what is known
-  about the frontier by more than that; an *estimate* (bound midpoint, variance covering the
-  bound) is returned for it, flagged ``meta["estimated"]``.
+  (tolerance = max(k·σ, ``rel_tol``) relative) and, on the uncapped curve, a measured point
+  at least as fast (within k·σ in T) is within ``plan_tol`` of its best case in the others, so
+  a deadline it would meet costs at most that much more from measured points. (A capped
+  row's points are one setting; any measured run of the row stands for them.) An *estimate*
+  (bound midpoint, variance covering the bound) is kept for it, flagged ``meta["estimated"]``.
+
+**Resumable.** With ``journal`` (a results file, :mod:`measure.results_log`) every measured
+point is appended, flushed and fsync'd, before it is used; a rerun with the same journal reads
+those points back instead of measuring them, and since the rounds are deterministic given the
+measurements it takes the same decisions (interrupted and resumed equals uninterrupted; on the
+simulator bit for bit). A journal of another element, κ set, grid, protocol, device or
+adaptive setting, or a full sweep's results file, is refused
+(:class:`~measure.results_log.ResultsMismatchError`), and the file is left as it is.
 
 Each measured point stops at its target relative standard error (the protocol repeats windows
 until then; :func:`measure.protocol.measure_point` through :func:`measure.sweep.sweep`, so
@@ -56,8 +74,10 @@ so one local kink does not make every point near it be measured.
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -74,6 +94,7 @@ from frontier.signature import Signature
 from .device import Device
 from .grid import Grid, parse_grid
 from .protocol import Protocol
+from .results_log import ResultsLog, ResultsMismatchError, point_key
 
 Criterion = Literal["TE", "Td", "Tsd"]
 CRITERIA = ("TE", "Td", "Tsd")
@@ -200,10 +221,12 @@ class AdaptiveResult:
             out[s.reason] = out.get(s.reason, 0) + 1
         return out
 
-    def frontier(self, include_estimates: bool = True, criterion: str | None = None) -> Any:
-        """The frontier (``frontier.pareto.pareto_frontier``) of the measured points, plus the
-        estimates of predicted points when ``include_estimates`` (they carry their bound in
-        their variance and ``meta``)."""
+    def frontier(self, include_estimates: bool = False, criterion: str | None = None) -> Any:
+        """The frontier (``frontier.pareto.pareto_frontier``) of the measured points: what
+        planning gets, so every operating point a plan picks was measured. The estimates of
+        predicted points (their bound in their variance and ``meta``) are added only on
+        request (``include_estimates=True``): they decide what is skipped, and an estimate is
+        a bound's midpoint, which can be optimistic by up to the tolerance."""
         from frontier.pareto import pareto_frontier
 
         pts = list(self.signatures) + (list(self.estimates) if include_estimates else [])
@@ -298,8 +321,9 @@ class _Planner:
 
     def __init__(self, points: list[tuple[str | None, OperatingPoint]], criterion: str,
                  k_sigma: float, rel_tol: float, rel_tol_time: float, s_rse: float,
-                 rse_floor: tuple[float, float] = (0.0, 0.0)):
+                 rse_floor: tuple[float, float] = (0.0, 0.0), plan_tol: float | None = None):
         self.points = points
+        self.plan_tol = rel_tol if plan_tol is None else plan_tol
         self.criterion = criterion
         self.k = k_sigma
         self.rel_tol = rel_tol
@@ -412,6 +436,13 @@ class _Planner:
             if x.size < 2:
                 out[c] = UNBOUNDED
                 continue
+            same = np.flatnonzero(np.abs(x - f) < 0.5 * self.tol_x)
+            if same.size:
+                # this set clock is measured at another power limit it does not reach: the
+                # same setting, known as well as that measurement (a contradiction among its
+                # neighbours says nothing more about it)
+                out[c] = Interval(float(lo[same[0]]), float(hi[same[0]])).clip_below(0.0)
+                continue
             b = shape_bound(x, lo, hi, f, convex=True, monotone=mono)  # type: ignore[arg-type]
             if b.empty:
                 b = _fallback(x, lo, hi, f, f, b)
@@ -478,7 +509,10 @@ class _Planner:
                 "energy_j": max(self.k * re, self.rel_tol) * em,
                 "d_j": max(self.k * re, self.rel_tol) * em,
                 "s_w": max(self.k * self.s_rse, self.rel_tol) * sm}
-        dom = {"time_s": self.k * rt * tm, "energy_j": self.k * re * em, "d_j": self.k * re * em,
+        # energy: within k·σ, but never more than what a plan may lose (plan_tol): a plan from
+        # measured points pays the dominator's energy where the skipped point would do
+        de = min(self.k * re, self.plan_tol) * em
+        dom = {"time_s": self.k * rt * tm, "energy_j": de, "d_j": de,
                "s_w": self.k * self.s_rse * sm}
         return pred, dom
 
@@ -501,6 +535,11 @@ class _Planner:
         else:
             unknown = False
         pred, dom = self.thresholds(kappa, op, b)
+        same = None if unknown else self.same_setting(kappa, op)
+        if same is not None:
+            by = same.op.label() + (f" κ={same.kappa}" if same.kappa else "")
+            return "skip", 0.0, SkippedPoint(op, kappa, "dominated", "the same setting as measured "
+                                             f"{by} (its power limit is not reached)", bnds, by=by)
         # dominated: its best case is weakly dominated (within k·σ) by a measured point
         if self._dom_cache is None or self._dom_cache[0] != len(self.meas):
             vals = [(m, self._dominator(m, coords)) for m in self.meas.values()]
@@ -513,9 +552,9 @@ class _Planner:
                 if self.criterion != "Td" or (m.op.dev == op.dev and (m.op.sm_count or 0)
                                               <= (op.sm_count or 0))]
         cands = [allm[i] for i in keep]
+        pts = allpts[keep] if cands else allpts[:0]
+        corner = [b[c].lo for c in coords]
         if cands:
-            pts = allpts[keep]
-            corner = [b[c].lo for c in coords]
             i = dominating(corner, pts, [dom[c] for c in coords])
             if i is not None:
                 m = cands[i]
@@ -527,11 +566,38 @@ class _Planner:
         if unknown and ratio > 1.0:
             return "measure", math.inf, None
         if ratio <= 1.0:
+            cover = ""
+            if self.regime(kappa, op) == "free":
+                # plans use measured points only: a point of the curve may go unmeasured only
+                # where a measured point at least as fast (within k·σ) is within the tolerance
+                # of its best case in the other coordinates, so a deadline it would meet costs
+                # at most the tolerance more from measured points (a capped row's points are
+                # one setting: any of its measured runs stands for them)
+                slack = [dom[c] if c == "time_s" else max(dom[c], self.plan_tol * abs(b[c].mid))
+                         for c in coords]
+                j = dominating(corner, pts, slack) if cands else None
+                if j is None:
+                    return "measure", ratio, None
+                m = cands[j]
+                cover = (f"; within tolerance of measured {m.op.label()}"
+                         + (f" κ={m.kappa}" if m.kappa else ""))
             est = self._estimate(kappa, op, b)
             detail = ("bounded within tolerance: " + ", ".join(
-                f"{c} ∈ [{b[c].lo:.4g}, {b[c].hi:.4g}]" for c in coords))
+                f"{c} ∈ [{b[c].lo:.4g}, {b[c].hi:.4g}]" for c in coords) + cover)
             return "skip", 0.0, SkippedPoint(op, kappa, "predicted", detail, bnds, estimate=est)
         return "measure", ratio, None
+
+    def same_setting(self, kappa: str | None, op: OperatingPoint) -> _Meas | None:
+        """A measured uncapped point of the slice at the same SM clock as ``op`` (uncapped
+        itself), at another power limit: a limit never reached changes nothing, so ``op`` is
+        that setting (not for ``"Td"``: there a power limit is part of the shared ω_dev)."""
+        if self.criterion == "Td" or self.regime(kappa, op) != "free":
+            return None
+        f = float(op.sm_clock_mhz)  # type: ignore[arg-type]
+        for m in self._prep(_slice_key(kappa, op))["free"]:
+            if abs(float(m.op.sm_clock_mhz) - f) < 0.5 * self.tol_x:  # type: ignore[arg-type]
+                return m
+        return None
 
     def _dominator(self, m: _Meas, coords: tuple[str, ...]) -> list[float] | None:
         """The coordinates a measured point dominates others with. Uncapped: its measured
@@ -643,7 +709,9 @@ def characterize_adaptive(work: Any, device: Device, grid: str | Grid | Mapping 
                           rel_tol_time: float | None = None, protocol: Protocol | None = None,
                           name: str | None = None, max_rounds: int = 64,
                           s_rse: float = 0.005, rse_floor: float | None = None,
-                          progress: Callable[[str], None] | None = None) -> AdaptiveResult:
+                          progress: Callable[[str], None] | None = None,
+                          journal: str | os.PathLike | None = None,
+                          plan_tol: float | None = None) -> AdaptiveResult:
     """Characterize ``work`` (a work, or a mapping κ label → work) on ``device`` over ``grid``,
     measuring only the points that can still change the ``criterion`` frontier by more than
     the tolerance (module docstring: rules, assumptions).
@@ -658,6 +726,19 @@ def characterize_adaptive(work: Any, device: Device, grid: str | Grid | Mapping 
     measured). ``s_rse``: relative uncertainty assumed for a ready-power calibration.
     ``rse_floor``: the smallest relative σ of T and E to assume (for replayed single-run
     tables, whose points carry no σ; default :data:`MIN_RSE_TIME` / :data:`MIN_RSE_ENERGY`).
+    ``plan_tol``: the relative energy a plan built from the measured points may pay over a
+    skipped point (default ``rel_tol``; module docstring): smaller measures more of the
+    frontier.
+
+    ``journal``: a results file (:mod:`measure.results_log`, the JSON-lines log of
+    ``ecal characterize --results``) every measured point is appended to (flushed and
+    fsync'd) as it is measured. Rerun with the same journal after a crash or a kill, and the
+    points in it are read back instead of measured: the algorithm is deterministic given its
+    measurements, so it takes the same decisions and measures only what is missing
+    (``meta["resumed_points"]``, ``meta["measured_points"]``; ``gpu_s`` is this run's). A
+    journal written for another element, κ set, grid, protocol, device or adaptive setting
+    (criterion, k_sigma, tolerances, coarse grid) is refused
+    (:class:`~measure.results_log.ResultsMismatchError`), as is one written by a full sweep.
     """
     from .sweep import sweep
 
@@ -668,7 +749,8 @@ def characterize_adaptive(work: Any, device: Device, grid: str | Grid | Mapping 
             raise AdaptiveError(f"{nm} must be a finite number > 0, got {v!r}")
     rel_tol = target_rse if rel_tol is None else rel_tol
     rel_tol_time = rel_tol if rel_tol_time is None else rel_tol_time
-    for nm, v in (("rel_tol", rel_tol), ("rel_tol_time", rel_tol_time)):
+    plan_tol = rel_tol if plan_tol is None else plan_tol
+    for nm, v in (("rel_tol", rel_tol), ("rel_tol_time", rel_tol_time), ("plan_tol", plan_tol)):
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
             raise AdaptiveError(f"{nm} must be a finite number >= 0, got {v!r}")
     if not isinstance(max_rounds, int) or max_rounds < 1:
@@ -717,8 +799,15 @@ def characterize_adaptive(work: Any, device: Device, grid: str | Grid | Mapping 
         raise AdaptiveError(f"rse_floor must be in [0, 1), got {rse_floor!r}")
     floor = (float(rse_floor or 0.0), float(rse_floor or 0.0))
     planner = _Planner(points, criterion, float(k_sigma), float(rel_tol), float(rel_tol_time),
-                       float(s_rse), floor)
+                       float(s_rse), floor, float(plan_tol))
     violations: list[Violation] = []
+    settings = {"criterion": criterion, "k_sigma": float(k_sigma), "rel_tol": float(rel_tol),
+                "rel_tol_time": float(rel_tol_time), "plan_tol": float(plan_tol),
+                "s_rse": float(s_rse),
+                "rse_floor": rse_floor, "max_rounds": max_rounds,
+                "coarse_points": [o.to_dict() for o in coarse_ops]}
+    log = _open_journal(journal, element, list(works), g, proto, device, settings)
+    counts = {"measured": 0, "resumed": 0}
     t0 = device.time_s()
     wall0 = time.monotonic()
 
@@ -726,10 +815,17 @@ def characterize_adaptive(work: Any, device: Device, grid: str | Grid | Mapping 
                 before: Mapping[tuple[str | None, OperatingPoint], Mapping[str, Interval]]) -> None:
         # highest ω_dev first, one sweep call per point (each seeded by its key, as in sweep)
         for kappa, op in sorted(batch, key=lambda kp: (kp[1].dev, str(kp[0])), reverse=True):
-            axes = {k: [v] for k, v in op.to_dict().items() if v is not None}
-            res = sweep(device, {kappa: works[kappa]}, element, grid=axes, protocol=proto,
-                        progress=None)
-            sig = res.signatures[0]
+            key = point_key(element, kappa, op)
+            sig = log.points.get(key) if log is not None else None
+            resumed = sig is not None
+            if sig is None:
+                axes = {k: [v] for k, v in op.to_dict().items() if v is not None}
+                res = sweep(device, {kappa: works[kappa]}, element, grid=axes, protocol=proto,
+                            progress=None)
+                sig = res.signatures[0]
+                if log is not None:     # durable before it is used: a kill loses nothing
+                    sig = log.add_point(key, sig)
+            counts["resumed" if resumed else "measured"] += 1
             planner.add(kappa, op, sig)
             for c, iv in before.get((kappa, op), {}).items():
                 v = getattr(sig, c)
@@ -739,60 +835,109 @@ def characterize_adaptive(work: Any, device: Device, grid: str | Grid | Mapping 
                     violations.append(Violation(op, kappa, c, float(v), (iv.lo, iv.hi)))
             if progress is not None:
                 progress(f"{element}{' κ=' + kappa if kappa else ''} @ {op.label()}: "
+                         f"{'resumed ' if resumed else ''}"
                          f"T={sig.time_s * 1e3:.4g} ms E={sig.energy_j:.4g} J")
 
-    measure([(k, op) for op in coarse_ops for k in works], {})
-    rounds = 1
-    final: dict[tuple[str | None, OperatingPoint], SkippedPoint] = {}
-    while True:
-        final = {}
-        wanted: dict[tuple, tuple[tuple[float, float, float], tuple[str | None, OperatingPoint]]] = {}
-        before: dict[tuple[str | None, OperatingPoint], Mapping[str, Interval]] = {}
-        for kappa, op in points:
-            if (kappa, op) in planner.meas:
-                continue
-            verdict, score, sk = planner.decide(kappa, op)
-            if verdict == "skip":
-                final[(kappa, op)] = sk  # type: ignore[assignment]
-                continue
-            final[(kappa, op)] = sk or SkippedPoint(
-                op, kappa, "unresolved", f"max_rounds ({max_rounds}) reached before it could be "
-                "decided")
-            gap = planner.gap_of(kappa, op)
-            if planner.ceiling_unknown(kappa, op):
-                # learn this power limit's clock ceiling first: measure its row's top clock
-                top = op.with_(sm_clock_mhz=f_top)
-                if (kappa, top) not in planner.meas and top in full_set:
-                    gap, score, op = ("ceiling", kappa, top.with_(sm_clock_mhz=None)), math.inf, top
-            # the widest bound first; among equals (e.g. unbounded), the middle of the gap
-            # (bisection), then the highest clock (it shows a power limit's clock ceiling)
-            f = float(op.sm_clock_mhz)  # type: ignore[arg-type]
-            lo_x = gap[-2] if isinstance(gap[-2], float) else f_bottom
-            hi_x = gap[-1] if isinstance(gap[-1], float) else f_top
-            mid = -abs(f - 0.5 * (lo_x + hi_x))
-            rank = (score, mid, f)
-            best = wanted.get(gap)
-            if best is None or rank > best[0]:
-                wanted[gap] = (rank, (kappa, op))
-        if not wanted or rounds >= max_rounds:
-            break
-        batch = [v[1] for v in wanted.values()]
-        for kp in batch:
-            before[kp] = planner.bounds(*kp)
-        measure(batch, before)
-        rounds += 1
+    try:
+        measure([(k, op) for op in coarse_ops for k in works], {})
+        rounds = 1
+        final: dict[tuple[str | None, OperatingPoint], SkippedPoint] = {}
+        while True:
+            final = {}
+            wanted: dict[tuple, tuple[tuple[float, float, float], tuple[str | None, OperatingPoint]]] = {}
+            before: dict[tuple[str | None, OperatingPoint], Mapping[str, Interval]] = {}
+            for kappa, op in points:
+                if (kappa, op) in planner.meas:
+                    continue
+                verdict, score, sk = planner.decide(kappa, op)
+                if verdict == "skip":
+                    final[(kappa, op)] = sk  # type: ignore[assignment]
+                    continue
+                final[(kappa, op)] = sk or SkippedPoint(
+                    op, kappa, "unresolved", f"max_rounds ({max_rounds}) reached before it could be "
+                    "decided")
+                gap = planner.gap_of(kappa, op)
+                if planner.ceiling_unknown(kappa, op):
+                    # learn this power limit's clock ceiling first: measure its row's top clock
+                    top = op.with_(sm_clock_mhz=f_top)
+                    if (kappa, top) not in planner.meas and top in full_set:
+                        gap, score, op = ("ceiling", kappa, top.with_(sm_clock_mhz=None)), math.inf, top
+                # the widest bound first; among equals (e.g. unbounded), the middle of the gap
+                # (bisection), then the highest clock (it shows a power limit's clock ceiling)
+                f = float(op.sm_clock_mhz)  # type: ignore[arg-type]
+                lo_x = gap[-2] if isinstance(gap[-2], float) else f_bottom
+                hi_x = gap[-1] if isinstance(gap[-1], float) else f_top
+                mid = -abs(f - 0.5 * (lo_x + hi_x))
+                rank = (score, mid, f)
+                best = wanted.get(gap)
+                if best is None or rank > best[0]:
+                    wanted[gap] = (rank, (kappa, op))
+            if not wanted or rounds >= max_rounds:
+                break
+            batch = [v[1] for v in wanted.values()]
+            for kp in batch:
+                before[kp] = planner.bounds(*kp)
+            measure(batch, before)
+            rounds += 1
+    finally:
+        if log is not None:
+            log.close()
     keys = tuple(kp for kp in points if kp in planner.meas)
     sigs = tuple(planner.meas[kp].sig for kp in keys)
     skipped = tuple(final[kp] for kp in points if kp not in planner.meas)
     meta = dict(device.describe())
     meta.update(grid=g.to_dict(), coarse_points=[o.to_dict() for o in coarse_ops],
                 fastest_points=[o.to_dict() for o in fastest_ops], target_rse=target_rse,
-                k_sigma=k_sigma, rel_tol=rel_tol, rel_tol_time=rel_tol_time, s_rse=s_rse,
+                k_sigma=k_sigma, rel_tol=rel_tol, rel_tol_time=rel_tol_time, plan_tol=plan_tol,
+                s_rse=s_rse,
                 rse_floor=list(planner.rse_floor),
                 assumptions=list(ASSUMPTIONS), protocol=proto.to_dict(),
-                wall_s=time.monotonic() - wall0)
+                wall_s=time.monotonic() - wall0, measured_points=counts["measured"],
+                resumed_points=counts["resumed"],
+                journal=os.fspath(journal) if journal is not None else None)
     return AdaptiveResult(element, criterion, sigs, skipped, tuple(violations), tuple(points),
                           rounds, device.time_s() - t0, meta, keys)
+
+
+def _json_form(o: Any) -> Any:
+    """``o`` as a results file's header stores it (through JSON)."""
+    return json.loads(json.dumps(o, default=str))
+
+
+def _open_journal(journal: str | os.PathLike | None, element: str, kappas: list[str | None],
+                  g: Grid, proto: Protocol, device: Device, settings: Mapping[str, Any]
+                  ) -> ResultsLog | None:
+    """Open (or create) the journal of an adaptive run as its only writer, after checking that
+    it belongs to this run: the results-file identity (element, device, protocol:
+    :meth:`ResultsLog.check_identity`) plus what a full sweep's resume does not check and an
+    adaptive run's decisions depend on (κ labels, the full grid, the adaptive settings)."""
+    if journal is None:
+        return None
+    log = ResultsLog.open(journal, f"adaptive characterization of {element} on {device.name}")
+    try:
+        header = {"element": element, "kappas": kappas, "grid": g.to_dict(),
+                  "protocol": proto.to_dict(), "device": device.describe(),
+                  "host": socket.gethostname(), "adaptive": dict(settings)}
+        log.check_identity(header, Protocol().to_dict())
+        was = log.header
+        if was is not None:
+            file = os.fspath(journal)
+            if "adaptive" not in was:
+                raise ResultsMismatchError(file, "adaptive", "absent (a full sweep's results "
+                                           "file, not an adaptive journal)", "an adaptive run")
+            for f in ("kappas", "grid"):
+                if was.get(f) != _json_form(header[f]):
+                    raise ResultsMismatchError(file, f, was.get(f), header[f])
+            now = _json_form(header["adaptive"])
+            for f in sorted(set(was["adaptive"]) | set(now)):
+                if was["adaptive"].get(f) != now.get(f):
+                    raise ResultsMismatchError(file, f"adaptive.{f}", was["adaptive"].get(f),
+                                               now.get(f))
+        log.write_header(header)
+    except BaseException:
+        log.close()
+        raise
+    return log
 
 
 def _name_of(work: Any) -> str:

@@ -340,6 +340,12 @@ def test_adaptive_experiment_checks_and_chain_on_a_replayed_model():
     assert [c["deadline_x"] for c in rows] == list(ex.CHAIN_DEADLINES)
     assert all(c["gap"] is None or c["gap"] < 0.01 for c in rows)
     assert "model" in ex.markdown_table(ex.HEAD, ex.element_rows(runs))
+    # the oracle count: settings a measured-only plan within tol needs (hand-worked)
+    op = [OperatingPoint(sm_clock_mhz=f) for f in (1000.0, 1100.0, 1200.0, 1300.0, 1400.0)]
+    exp = dict(zip(op, [(4.0, 0.999), (3.0, 1.0), (2.0, 1.099), (1.0, 1.10), (3.5, 1.2)]))
+    assert ex.min_cover(exp, 0.003) == 2          # 1.10 covers 1.099; 1.0 covers 0.999
+    assert ex.min_cover(exp, 0.0) == 4
+    assert ex.min_cover(exp, 0.0, time_slack=0.5) == 3   # a slower one within 50 % counts too
 
 
 def test_protocol_gpu_seconds_runs_and_compares():
@@ -375,7 +381,7 @@ def test_every_rows_fastest_point_is_measured_so_1x_deadline_is_feasible():
     full = sweep(SimulatedGPU(seed=0), {None: preset("gemm_bf16_8192")}, "gemm", grid=SMALL)
     by = {s.omega: s for s in full.signatures}
     deadline = min(by[o].time_s for o in tops)
-    front = res.frontier(include_estimates=True, criterion="TE")
+    front = res.frontier(criterion="TE")        # measured points only
     assert any(s.time_s <= deadline for s in front)
 
 
@@ -400,7 +406,7 @@ def test_capped_row_is_judged_against_the_noise_free_plateau():
     # the plateau sits on the uncapped curve (within the 15 MHz rounding of the clock)
     assert ceiling.time_s * ceiling.power_w == pytest.approx(free.time_s * free.power_w, rel=0.01)
     res = characterize_adaptive(k, SimulatedGPU(seed=0), grid=grid, name="copy")
-    front = list(res.frontier(include_estimates=True, criterion="TE"))
+    front = list(res.frontier(criterion="TE"))  # measured points only
     fastest = min(exp[OperatingPoint(**p)][0] for p in res.meta["fastest_points"])
     for d in np.geomspace(fastest * 1.002, max(t for t, _, _ in exp.values()), 25):
         ok = [s for s in front if s.time_s <= d]
@@ -453,7 +459,7 @@ def test_cli_characterize_adaptive_criterion_and_json(tmp_path, capsys):
 
 @pytest.mark.parametrize("extra, match", [
     (["--grid", "sm_clock_mhz=1980,1500"], "at least 3"),
-    (["--results", "r.jsonl"], "--results"),
+    (["--grid", "sm_clock_mhz=1980,1500", "--results", "r.jsonl"], "at least 3"),
 ])
 def test_cli_characterize_adaptive_bad_input_exit_2_no_file(tmp_path, capsys, monkeypatch,
                                                             extra, match):
@@ -510,3 +516,230 @@ def test_a_lucky_capped_run_does_not_dominate_better_settings():
     assert dom is not None and dom[0] > t0 and dom[1] > e0                # pessimistic end
     verdict, _, sk = pl.decide(None, target)
     assert not (sk is not None and sk.reason == "dominated" and "400W" in (sk.by or "")), sk
+
+
+def test_plans_get_measured_points_only_and_estimates_on_request():
+    res = characterize_adaptive(preset("gemm_bf16_8192"), SimulatedGPU(seed=0), grid=SMALL,
+                                name="gemm")
+    measured = {s.omega for s in res.signatures}
+    front = list(res.frontier())
+    assert front and all(s.omega in measured and not s.meta.get("estimated") for s in front)
+    assert set(res.keyed()) == set(res.keyed(include_estimates=False))
+    if res.estimates:
+        both = list(res.frontier(include_estimates=True))
+        assert {s.omega for s in both} <= measured | {s.omega for s in res.estimates}
+
+
+@pytest.mark.parametrize("plan_tol", [0.003, 0.01])
+def test_every_skipped_point_is_covered_by_a_measured_one_within_plan_tol(plan_tol):
+    """Plans use measured points only, so a point may go unmeasured only where a measured
+    point at least as fast (within k·σ of time) costs at most plan_tol more energy."""
+    from measure.adaptive import MIN_RSE_TIME
+
+    sigs = _model_grid()
+    full = _full(sigs, "k")
+    res = characterize_adaptive("k", ReplayDevice(sigs), grid={"sm_clock_mhz": CLOCKS},
+                                coarse_grid=5, plan_tol=plan_tol)
+    m = np.array([[s.time_s, s.energy_j] for s in res.signatures])
+    for sk in res.skipped:
+        t, e = full[sk.omega].time_s, full[sk.omega].energy_j
+        ok = (m[:, 0] <= t * (1 + 2 * K * MIN_RSE_TIME)) & (m[:, 1] <= e * (1 + plan_tol + 1e-3))
+        assert ok.any(), sk
+    tight = characterize_adaptive("k", ReplayDevice(sigs), grid={"sm_clock_mhz": CLOCKS},
+                                  coarse_grid=5, plan_tol=0.003)
+    loose = characterize_adaptive("k", ReplayDevice(sigs), grid={"sm_clock_mhz": CLOCKS},
+                                  coarse_grid=5, plan_tol=0.05)
+    assert len(tight.signatures) >= len(loose.signatures)
+
+
+def test_an_unreached_power_limit_is_the_same_setting_as_the_one_measured():
+    res = characterize_adaptive(preset("copy_2GiB"), SimulatedGPU(seed=0), grid=SMALL,
+                                name="copy")
+    same = [s for s in res.skipped if s.detail.startswith("the same setting")]
+    assert same
+    measured = {s.omega for s in res.signatures}
+    for s in same:
+        assert s.reason == "dominated" and s.by
+        assert s.omega.with_(power_limit_w=None) in {o.with_(power_limit_w=None) for o in measured}
+    # not for Td: there the power limit is part of the ω_dev a ⊕ branch shares
+    td = characterize_adaptive(preset("copy_2GiB"), SimulatedGPU(seed=0), grid=SMALL,
+                               name="copy", criterion="Td", max_rounds=3)
+    assert not [s for s in td.skipped if s.detail.startswith("the same setting")]
+
+
+# ---------------------------------------------------------------------------------------------
+# journal: resumable adaptive characterization
+# ---------------------------------------------------------------------------------------------
+
+JGRID = {"sm_clock_mhz": [float(f) for f in range(1980, 1259, -60)], "power_limit_w": [700.0, 400.0]}
+
+
+def _points_in(path) -> list[str]:
+    import json
+
+    recs = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+    return [r["key"] for r in recs if r["kind"] == "point"]
+
+
+def _same_result(a: AdaptiveResult, b: AdaptiveResult) -> None:
+    assert a.measured_keys == b.measured_keys
+    assert [s.to_dict() for s in a.skipped] == [s.to_dict() for s in b.skipped]
+    for x, y in zip(a.signatures, b.signatures):
+        assert (x.time_s, x.energy_j, x.s_w, x.d_j, x.var_time_s2, x.var_energy_j2) == (
+            y.time_s, y.energy_j, y.s_w, y.d_j, y.var_time_s2, y.var_energy_j2)
+    assert a.rounds == b.rounds and len(a.violations) == len(b.violations)
+
+
+def test_journal_resume_reads_points_back_and_takes_the_same_decisions(tmp_path):
+    ref = characterize_adaptive(preset("copy_2GiB"), SimulatedGPU(), grid=JGRID)
+    j = tmp_path / "copy.jsonl"
+    full = characterize_adaptive(preset("copy_2GiB"), SimulatedGPU(), grid=JGRID, journal=j)
+    _same_result(ref, full)                       # journaling changes nothing
+    keys = _points_in(j)
+    assert len(keys) == len(set(keys)) == len(full.signatures) == full.meta["measured_points"]
+    # a kill after 5 points (and in the middle of the 6th line): keep the header + 5 points
+    lines = j.read_text().splitlines(keepends=True)
+    first = next(i for i, ln in enumerate(lines) if '"kind": "point"' in ln)
+    j.write_text("".join(lines[:first + 5]) + lines[first + 5][:40])
+    res = characterize_adaptive(preset("copy_2GiB"), SimulatedGPU(), grid=JGRID, journal=j)
+    _same_result(ref, res)
+    assert res.meta["resumed_points"] == 5
+    assert res.meta["measured_points"] == len(ref.signatures) - 5
+    keys = _points_in(j)
+    assert len(keys) == len(set(keys)) == len(ref.signatures)   # nothing measured twice
+    again = characterize_adaptive(preset("copy_2GiB"), SimulatedGPU(), grid=JGRID, journal=j)
+    assert again.meta["measured_points"] == 0 and again.gpu_s == 0.0
+    _same_result(ref, again)
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"name": "other"}, "element"),
+    ({"grid": {**JGRID, "power_limit_w": [700.0, 550.0]}}, "grid"),
+    ({"target_rse": 0.02}, "protocol.target_rse"),
+    ({"criterion": "Tsd"}, "adaptive.criterion"),
+    ({"k_sigma": 3.0}, "adaptive.k_sigma"),
+])
+def test_journal_of_another_run_is_refused(tmp_path, change, field):
+    from measure.results_log import ResultsMismatchError
+
+    j = tmp_path / "j.jsonl"
+    characterize_adaptive(preset("copy_2GiB"), SimulatedGPU(), grid=JGRID, journal=j,
+                          max_rounds=1, name="copy_2GiB")
+    before = j.read_bytes()
+    kw = {"grid": JGRID, "max_rounds": 1, "name": "copy_2GiB", **change}
+    with pytest.raises(ResultsMismatchError, match=field.replace(".", r"\.")) as e:
+        characterize_adaptive(preset("copy_2GiB"), SimulatedGPU(), journal=j, **kw)
+    assert e.value.field == field and "use another results file" in str(e.value)
+    assert j.read_bytes() == before               # left as it was
+
+
+def test_journal_refuses_a_full_sweeps_results_file_and_another_seed(tmp_path):
+    from measure.results_log import ResultsMismatchError
+
+    r = tmp_path / "full.jsonl"
+    sweep(SimulatedGPU(), {None: preset("copy_2GiB")}, "copy_2GiB", grid=JGRID,
+          results_path=str(r), progress=None)
+    with pytest.raises(ResultsMismatchError, match="full sweep"):
+        characterize_adaptive(preset("copy_2GiB"), SimulatedGPU(), grid=JGRID, journal=r,
+                              name="copy_2GiB")
+    j = tmp_path / "j.jsonl"
+    characterize_adaptive(preset("copy_2GiB"), SimulatedGPU(), grid=JGRID, journal=j, max_rounds=1)
+    with pytest.raises(ResultsMismatchError, match="seed"):
+        characterize_adaptive(preset("copy_2GiB"), SimulatedGPU(seed=3), grid=JGRID, journal=j,
+                              max_rounds=1)
+
+
+_CHILD = """
+import importlib, sys, time
+
+sw = importlib.import_module("measure.sweep")   # the module (``measure.sweep`` is a function)
+
+real, count_file, pause_at = sw.measure_point, sys.argv[1], int(sys.argv[2])
+done = [0]
+
+
+def counted(*a, **k):
+    # the parent SIGKILLs this process while it is measuring point number pause_at
+    if done[0] + 1 == pause_at:
+        time.sleep(600)
+    sig = real(*a, **k)
+    done[0] += 1
+    with open(count_file, "a") as fh:      # one line per completed measurement
+        fh.write("1\\n")
+    return sig
+
+
+sw.measure_point = counted
+from ecal import cli
+
+sys.exit(cli.main(sys.argv[3:]))
+"""
+
+
+def _ecal_child(tmp_path, tag: str, argv: list[str], pause_at: int = 0):
+    import os
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "MPLBACKEND": "Agg"}
+    count = tmp_path / f"{tag}.count"
+    out = open(tmp_path / f"{tag}.out", "w")
+    err = open(tmp_path / f"{tag}.err", "w")
+    p = subprocess.Popen([sys.executable, "-c", _CHILD, str(count), str(pause_at), *argv],
+                         env=env, cwd=str(tmp_path), stdout=out, stderr=err)
+    return p, count, (out, err)
+
+
+def _count(path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_cli_adaptive_results_survive_sigkill_and_resume(tmp_path):
+    """The real CLI in a child process on the simulator, SIGKILLed while it measures a point
+    (after 6 are in the journal), then rerun on the same journal: the result equals an
+    uninterrupted run's and no point is measured twice."""
+    import json
+    import signal
+    import time
+
+    grid = "sm_clock_mhz=1980:1260:-60,power_limit_w=700,400"
+
+    def argv(j, o):
+        return ["characterize", "copy_2GiB", "--adaptive", "--device", "sim", "--grid", grid,
+                "--results", j, "-o", o]
+
+    p, ref_count, fhs = _ecal_child(tmp_path, "ref", argv("ref.jsonl", "ref.json"))
+    assert p.wait(timeout=120) == 0, (tmp_path / "ref.err").read_text()
+    n_ref = _count(ref_count)
+    assert n_ref == len(_points_in(tmp_path / "ref.jsonl")) > 7
+
+    p, killed_count, fhs2 = _ecal_child(tmp_path, "killed", argv("run.jsonl", "run.json"),
+                                        pause_at=7)
+    deadline = time.monotonic() + 120
+    journal = tmp_path / "run.jsonl"
+    while len(_points_in(journal) if journal.exists() else []) < 6:
+        assert p.poll() is None, (tmp_path / "killed.err").read_text()
+        assert time.monotonic() < deadline, "no points journaled"
+        time.sleep(0.02)
+    p.send_signal(signal.SIGKILL)
+    assert p.wait(timeout=60) == -signal.SIGKILL
+    assert not (tmp_path / "run.json").exists()
+    assert _count(killed_count) == 6 and len(_points_in(journal)) == 6
+
+    p, resumed_count, fhs3 = _ecal_child(tmp_path, "resumed", argv("run.jsonl", "run.json"))
+    assert p.wait(timeout=120) == 0, (tmp_path / "resumed.err").read_text()
+    for fh in fhs + fhs2 + fhs3:
+        fh.close()
+    # no point measured twice: 6 before the kill + the rest after it = an uninterrupted run
+    assert _count(killed_count) + _count(resumed_count) == n_ref
+    keys = _points_in(journal)
+    assert len(keys) == len(set(keys)) == n_ref
+    assert sorted(keys) == sorted(_points_in(tmp_path / "ref.jsonl"))
+    assert "resumed" in (tmp_path / "resumed.err").read_text()
+    # the same result: the signatures written, and every point's verdict in the table
+    ref = json.loads((tmp_path / "ref.json").read_text())
+    got = json.loads((tmp_path / "run.json").read_text())
+    assert got["signatures"] == ref["signatures"]
+    table = [(tmp_path / f"{t}.out").read_text().splitlines()[1:] for t in ("ref", "resumed")]
+    assert table[0] == table[1] and len(table[0]) == 26
