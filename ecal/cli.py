@@ -112,6 +112,9 @@ several works: ready power is calibrated once per operating point and shared; -o
                         "element is composed under ⊕ / ⊕multi); prints what was measured, what "
                         "skipped and why (docs/adaptive.md); with --results each measured point is "
                         "journaled there as it is measured and a rerun resumes")
+    p.add_argument("--plan-tol", type=float, default=None, metavar="REL",
+                   help="with --adaptive: the relative energy a plan may lose to a skipped point "
+                        "(default: 0.01, about what one point is measured to)")
     _add_json(p)
 
     p = sub.add_parser("frontier", help="Pareto frontier of a signature file", formatter_class=fmt,

@@ -229,6 +229,8 @@ def cmd_characterize(args: argparse.Namespace) -> int:
         raise UsageError("--plot draws one element: characterize one work, or plot each from -o "
                          "with `ecal frontier FILE --element NAME --plot ...`")
     adaptive = getattr(args, "adaptive", None)
+    if getattr(args, "plan_tol", None) is not None and not adaptive:
+        raise UsageError("--plan-tol bounds what an adaptive skip may cost: it goes with --adaptive")
     if args.results:
         # appended to, never replaced; checked now so a bad path fails before any device work
         check_output_path(args.results, "--results")
@@ -326,7 +328,8 @@ def _characterize_adaptive(args: argparse.Namespace, device: Any, grid: Any, pro
     journals = _results_paths(args.results, names)
     results = [measure.characterize_adaptive(work, device, grid=grid, criterion=criterion,
                                              target_rse=protocol.target_rse, protocol=protocol,
-                                             name=name, progress=progress, journal=rp)
+                                             name=name, progress=progress, journal=rp,
+                                             plan_tol=getattr(args, "plan_tol", None))
                for (_, work, _), name, rp in zip(loaded, names, journals)]
     out = Outputs()
     if args.output:

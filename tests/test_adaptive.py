@@ -743,3 +743,14 @@ def test_cli_adaptive_results_survive_sigkill_and_resume(tmp_path):
     assert got["signatures"] == ref["signatures"]
     table = [(tmp_path / f"{t}.out").read_text().splitlines()[1:] for t in ("ref", "resumed")]
     assert table[0] == table[1] and len(table[0]) == 26
+
+
+def test_cli_plan_tol_needs_adaptive_and_is_checked(capsys):
+    """--plan-tol without --adaptive, or negative, is a one-line exit 2 before any measurement."""
+    from ecal.cli import main
+
+    assert main(["characterize", "copy_2GiB", "--grid", "sm_clock_mhz=1980:1800:-60", "--plan-tol", "0.01"]) == 2
+    assert "--plan-tol" in capsys.readouterr().err
+    assert main(["characterize", "copy_2GiB", "--adaptive", "--grid", "sm_clock_mhz=1980:1800:-60",
+                 "--plan-tol", "-1"]) == 2
+    assert "plan_tol" in capsys.readouterr().err
