@@ -7,7 +7,7 @@ the LP itself becomes small enough to solve for the fast method's bound.
 
 Table 1 solves the same MILP both ways with CBC (time limit 120 s, one thread). Table 2
 compares the fast method's bound (with the switch LP on problems up to
-``solvers.switch_lp.MAX_COLUMNS`` columns, else the surrogate LP's duals, then the ascent of
+``SolveOptions.bound.switch_lp_max_columns`` columns, else the surrogate LP's duals, then the ascent of
 ``solvers.ascent``) with the Lagrangian bound from the switch LP's duals, solved here at any
 size, and splits the plan's excess over that bound at those prices: ``clock_regret_j``, what
 the plan's clock sequences cost above each device's cheapest, and ``priced_slack_j``, flow on
@@ -35,8 +35,10 @@ from _common import RESULTS_DIR, doc_body, markdown_table, write_text_atomic  # 
 from bench_solvers import P2P_W, idle_priced_switch, make_profile  # noqa: E402
 
 from solvers import ConstantTransition, Problem, load_perseus_profile  # noqa: E402
+from solvers.fast import solve_fast  # noqa: E402
+from solvers.hull_lp import HullLP  # noqa: E402
 from solvers.ilp import build_model, make_solver  # noqa: E402
-from solvers.relax import HullLP, device_viterbi, flow_from_duals, lagrangian_bound, solve_fast  # noqa: E402
+from solvers.lagrangian import device_viterbi, flow_from_duals, lagrangian_bound  # noqa: E402
 from solvers.switch_lp import switch_lp_duals  # noqa: E402
 
 
@@ -97,7 +99,7 @@ def bound_row(name: str, p: Problem, deadline: str) -> dict:
 
 def clock_regret_j(p: Problem, lp: HullLP, mu: np.ndarray, deadline_s: float, choice) -> float:
     """What the plan's clock sequences cost above the cheapest ones, summed over devices, at
-    the prices ``mu`` (the per-device Lagrangian terms of :func:`solvers.relax.device_viterbi`
+    the prices ``mu`` (the per-device Lagrangian terms of :func:`solvers.lagrangian.device_viterbi`
     at ``choice`` minus their minimum). The rest of plan − bound is the priced slack:
     flow on paths shorter than the makespan."""
     ix = p.index

@@ -31,8 +31,8 @@ from test_bruteforce_fuzz import BOUND_REL_TOL, check, instance, optimum  # noqa
 from frontier.io import write_json_atomic  # noqa: E402
 from solvers import solve  # noqa: E402
 from solvers.brute import brute_force  # noqa: E402
+from solvers.fast import solve_fast  # noqa: E402
 from solvers.ilp import available_solvers  # noqa: E402
-from solvers.relax import solve_fast  # noqa: E402
 
 
 def _dp(case):

@@ -42,10 +42,12 @@ from _common import RESULTS_DIR, doc_body, markdown_table, write_text_atomic  # 
 from bench_solvers import P2P_W, idle_priced_switch, make_profile  # noqa: E402
 
 from solvers import load_perseus_profile  # noqa: E402
+from solvers.fast import polish_budget, solve_fast  # noqa: E402
 from solvers.feasibility import plan_meets_deadline as meets_deadline  # noqa: E402
 from solvers.lns import Budget  # noqa: E402
+from solvers.options import SolveOptions  # noqa: E402
 from solvers.pipeline import task_name  # noqa: E402
-from solvers.relax import _improve, polish_budget, portfolio_members, solve_fast  # noqa: E402
+from solvers.search import improve  # noqa: E402
 
 
 class Holds:
@@ -127,7 +129,7 @@ def searched(p, start: np.ndarray, deadline_s: float) -> float:
     ``start`` with its default budget."""
     ix = p.index
     work, cap = polish_budget(ix.n, None)
-    out = _improve(p, [start], deadline_s, Budget.of(work, cap), portfolio_members(ix.n)[0])
+    out = improve(p, [start], deadline_s, Budget.of(work, cap), SolveOptions().search.settings)
     return min(ix.objective(c) for c in out if meets_deadline(p, c, deadline_s))
 
 

@@ -30,8 +30,8 @@ from _common import RESULTS_DIR, doc_body, markdown_table, write_text_atomic  # 
 from bench_solvers import P2P_W, idle_priced_switch, make_profile  # noqa: E402
 
 from solvers import load_perseus_profile  # noqa: E402
+from solvers.hull_lp import HullLP  # noqa: E402
 from solvers.pipeline import task_name  # noqa: E402
-from solvers.relax import HullLP  # noqa: E402
 
 
 def hull_cost(lp: HullLP, v: int, time_s: float) -> float:

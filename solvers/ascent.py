@@ -1,6 +1,6 @@
 """Raise the Lagrangian bound with switch costs by supergradient ascent over conserving flows.
 
-The bound of :func:`solvers.relax.lagrangian_bound` holds for any multipliers μ ≥ 0 on the
+The bound of :func:`solvers.lagrangian.lagrangian_bound` holds for any multipliers μ ≥ 0 on the
 precedence rows, and it is largest (the value of the LP with switch costs, solver-notes §4)
 at that LP's duals. The hull LP's duals ignore switches; on 1F1B 16x64 with 1 ms switches
 they leave the bound 0.06 % below that LP, whose own solve takes about a minute there.
@@ -14,34 +14,26 @@ holds rows whose μ would turn negative at 0 change, and takes a Polyak step tow
 a little above the best bound so far, halving the margin when the bound stalls. Every
 iterate's bound is valid, so stopping early loses only strength.
 
-Measured on 1F1B 16x64 (60 clocks, 1 ms switches, 2-core machine): from the surrogate LP's
-duals (:func:`solvers.relax.switch_surrogate_duals`), 49,662.5 J at 1.05x, 150 iterations
-(4.3 s) reach 49,689.9 J, 1.0 J below the LP with switch costs (49,690.9 J, whose own solve
-takes 35–70 s there); at 1.2x 42,930.7 J against 42,931.4 J. From the hull LP's duals the
-same 150 iterations reach only 49,679.0 J: the start matters. A plain supergradient step,
-which leaves the flows, is charged for the conservation it breaks and gained nothing.
+Measured on 1F1B 16x64 (60 clocks, 1 ms switches, 2-core machine) at 1.05x: from the
+surrogate LP's duals (:func:`solvers.lagrangian.switch_surrogate_duals`), 150 iterations
+(4.3 s) end 1.0 J below the LP with switch costs (whose own solve takes 35–70 s there); from
+the hull LP's duals the same 150 iterations end 11.9 J below it: the start matters. A plain
+supergradient step, which leaves the flows, is charged for the conservation it breaks and
+gained nothing. The step counts and margins are :class:`solvers.options.AscentOptions`.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 from scipy.sparse import coo_matrix, identity
 from scipy.sparse.linalg import spsolve
 
 from .model import Problem
-
-#: Iterations of :func:`flow_ascent` for one plan (about 30 ms each on 16x64 1F1B): its work
-#: budget. A wall-clock limit (``seconds``) is only a safety net, reported when it fires.
-ASCENT_ITERS = 150
-#: The first Polyak target lies this fraction of the bound above it.
-ASCENT_MARGIN = 2e-3
-#: Iterations without a better bound before the margin halves.
-ASCENT_PATIENCE = 8
-#: Projections per step at most, each holding the rows the step would drive below 0.
-ASCENT_PASSES = 40
+from .options import AscentOptions
 
 
 def _incidence(n: int, rows: list[tuple[int, int]]):
@@ -79,13 +71,14 @@ def _project(B, g: np.ndarray, free: np.ndarray) -> np.ndarray:
 
 def flow_ascent(p: Problem, rows: list[tuple[int, int]], duals: np.ndarray, deadline_s: float,
                 evaluate: Callable[[np.ndarray], tuple[float, np.ndarray]],
-                iters: int = ASCENT_ITERS, seconds: float | None = None) -> tuple[float, np.ndarray]:
+                iters: int | None = None, seconds: float | None = None,
+                opts: AscentOptions = AscentOptions()) -> tuple[float, np.ndarray]:
     """The best Lagrangian bound found from ``duals`` (μ ≥ 0 per row of ``rows``, as
-    ``HullLP.rows``) in ``iters`` steps (fewer if the ``seconds`` safety net fires; see
-    :func:`flow_ascent_capped`), and its multipliers.
+    ``HullLP.rows``) in ``iters`` steps (default ``opts.iters``; fewer if the ``seconds``
+    wall-clock safety net fires, see :func:`flow_ascent_capped`), and its multipliers.
 
     ``evaluate(μ)`` returns (bound J, per-task choice x*), e.g.
-    ``lambda m: lagrangian_bound(p, lp, m, deadline_s)``. The result is never below
+    ``lambda m: lagrangian_bound(p, lp, m, deadline_s)`` (:mod:`solvers.lagrangian`). The result is never below
     ``evaluate(duals)``; deterministic for given inputs unless ``seconds`` cuts it short.
 
     Example (``p`` a problem with switch costs, ``D`` its deadline in s)::
@@ -94,16 +87,20 @@ def flow_ascent(p: Problem, rows: list[tuple[int, int]], duals: np.ndarray, dead
         bound_j, mu = flow_ascent(p, lp.rows, lp.solve(D).duals, D,
                                   lambda m: lagrangian_bound(p, lp, m, D))
     """
-    value, mu, _ = flow_ascent_capped(p, rows, duals, deadline_s, evaluate, iters, seconds)
+    if iters is not None:
+        opts = replace(opts, iters=int(iters))
+    value, mu, _ = flow_ascent_capped(p, rows, duals, deadline_s, evaluate, opts, seconds)
     return value, mu
 
 
 def flow_ascent_capped(p: Problem, rows: list[tuple[int, int]], duals: np.ndarray, deadline_s: float,
                        evaluate: Callable[[np.ndarray], tuple[float, np.ndarray]],
-                       iters: int = ASCENT_ITERS,
+                       opts: AscentOptions = AscentOptions(),
                        seconds: float | None = None) -> tuple[float, np.ndarray, bool]:
-    """:func:`flow_ascent`, plus whether the ``seconds`` safety net stopped it before its
-    ``iters`` steps (then the bound depends on the machine's speed)."""
+    """:func:`flow_ascent` with ``opts.iters`` steps (its work budget), plus whether the
+    ``seconds`` wall-clock safety net stopped it before them (then the bound depends on the
+    machine's speed)."""
+    iters = opts.iters
     ix = p.index
     mu = np.maximum(np.asarray(duals, dtype=float), 0.0)
     if not rows:
@@ -123,7 +120,7 @@ def flow_ascent_capped(p: Problem, rows: list[tuple[int, int]], duals: np.ndarra
             best, best_mu, stall = val, mu, 0
         else:
             stall += 1
-            if stall >= ASCENT_PATIENCE:
+            if stall >= opts.patience:
                 margin, stall = 0.5 * margin, 0
         if it == iters:
             break
@@ -131,7 +128,7 @@ def flow_ascent_capped(p: Problem, rows: list[tuple[int, int]], duals: np.ndarra
             capped = True
             break
         if margin is None:
-            margin = ASCENT_MARGIN * max(abs(val), 1.0)
+            margin = opts.margin * max(abs(val), 1.0)
         target = best + margin
         # supergradient along conserving directions: path lengths under x*, less the
         # deadline where the row enters the makespan (its multiplier exceeds P then)
@@ -141,7 +138,7 @@ def flow_ascent_capped(p: Problem, rows: list[tuple[int, int]], duals: np.ndarra
             g = g - np.where(to_end, deadline_s, 0.0)
         free = np.ones(len(rows), dtype=bool)
         step, d = 0.0, np.zeros(len(rows))
-        for _ in range(ASCENT_PASSES):         # hold rows the step would drive below 0
+        for _ in range(opts.passes):         # hold rows the step would drive below 0
             d = _project(B, g, free)
             norm2 = float(d @ d)
             if norm2 <= 1e-18 * float(g @ g):     # nothing left to move along

@@ -13,12 +13,12 @@ Method (exact, with a proof of optimality):
    (time, energy) per state runs forward, dropping a partial plan when it cannot meet the
    deadline (time + fastest suffix > D) or when its Lagrangian completion bound exceeds the
    incumbent. Pruning only removes partial plans that no optimal completion extends, so the
-   result is exact; the label count is capped (``max_labels``) — past the cap the plan is
+   result is exact; the label count is capped (``DpOptions.max_labels``) — past the cap the plan is
    returned with its Lagrangian gap and status ``feasible``.
 
 Steady state (``Problem(steady_state=True)``): each device's wrap switch (its last task → its
 first) couples two positions. The DP fixes the ω_dev of every wrapped device's first task, one
-run per combination (at most :data:`MAX_WRAP_RUNS`), charges the wrap to the last task's
+run per combination (at most :attr:`solvers.options.DpOptions.max_wrap_runs`), charges the wrap to the last task's
 options (now a function of its option alone) and keeps the cheapest run: still exact. A wrap
 latency is additive only before the chain's first task; a chain whose other devices pay a
 wrap latency (which may overlap the work of the devices before them) is not a DP chain.
@@ -34,6 +34,7 @@ import numpy as np
 
 from .feasibility import latest_makespan_s, meets_deadline
 from .model import Problem
+from .options import DpOptions
 
 
 @dataclass(frozen=True)
@@ -47,15 +48,10 @@ class ChainArrays:
     sw: list[np.ndarray | None]      # switch energy incl. P_total·τ
 
 
-#: Most DP runs a steady-state chain may take (one per combination of the wrapped devices'
-#: first-task ω_dev); beyond it the problem is not treated as a DP chain.
-MAX_WRAP_RUNS = 256
-
-
-def chain_order(p: Problem) -> list[int] | None:
+def chain_order(p: Problem, opts: DpOptions = DpOptions()) -> list[int] | None:
     """The chain order if the problem is a chain whose switches are all between neighbours
-    (in a steady state: whose wrap latencies are additive and few enough to enumerate; see
-    the module docstring)."""
+    (in a steady state: whose wrap latencies are additive and few enough to enumerate, at
+    most ``opts.max_wrap_runs`` runs; see the module docstring)."""
     ix = p.index
     order = ix.order
     for a, b in zip(order, order[1:]):
@@ -69,7 +65,7 @@ def chain_order(p: Problem) -> list[int] | None:
         if first != order[0] and ix.wrap_tau[first].any():
             return None
         runs *= len(groups)
-    if runs > MAX_WRAP_RUNS:
+    if runs > opts.max_wrap_runs:
         return None
     return order
 
@@ -172,10 +168,6 @@ def _path_te(ca: ChainArrays, ch: list[int]) -> tuple[float, float]:
             t += float(ca.tau[i][ch[i - 1], ch[i]])
             e += float(ca.sw[i][ch[i - 1], ch[i]])
     return t, e
-
-
-#: Time bucket of the incumbent-finding pass, relative to the deadline (heuristic only).
-BUCKET_REL = 1e-5
 
 
 @dataclass(frozen=True)
@@ -296,12 +288,14 @@ def _splice(ca: ChainArrays, a: list[int], b: list[int], D: float) -> tuple[list
     return ch, e
 
 
-def solve_chain(p: Problem, deadline_s: float, order: list[int], max_labels: int = 1_000_000,
+def solve_chain(p: Problem, deadline_s: float, order: list[int], opts: DpOptions = DpOptions(),
                 rel_tol: float = 1e-12, *, _ca: ChainArrays | None = None) -> ChainResult:
-    """Exact minimum-energy choice for a chain under ``deadline_s`` (see module docstring).
-    ``_ca``: the chain's arrays as :func:`_solve_wrapped` fixed them (internal)."""
+    """Exact minimum-energy choice for a chain under ``deadline_s`` (see module docstring);
+    ``opts``: the label cap and the incumbent pass's time bucket. ``_ca``: the chain's arrays
+    as :func:`_solve_wrapped` fixed them (internal)."""
+    max_labels = opts.max_labels
     if _ca is None and _wraps(p):
-        return _solve_wrapped(p, deadline_s, order, max_labels, rel_tol)
+        return _solve_wrapped(p, deadline_s, order, opts, rel_tol)
     ca = chain_arrays(p, order) if _ca is None else _ca
     # One feasibility predicate (solvers.feasibility): the DP optimises over every makespan
     # that meets the deadline, so it accepts what Problem.check_feasible accepts.
@@ -314,7 +308,8 @@ def solve_chain(p: Problem, deadline_s: float, order: list[int], max_labels: int
     labels = 0
     if not exact:
         # A beam search first tightens the incumbent, which shrinks the exact DP's band.
-        got = _pareto_dp(ca, deadline_s, lam, ub, tol, max_labels, bucket_s=BUCKET_REL * deadline_s)
+        got = _pareto_dp(ca, deadline_s, lam, ub, tol, min(max_labels, opts.incumbent_max_labels),
+                         bucket_s=opts.bucket_rel * deadline_s)
         if got is not None and got[1] < ub:
             ch, ub = got[0], got[1]
             exact = ub - lb <= tol
@@ -332,7 +327,7 @@ def solve_chain(p: Problem, deadline_s: float, order: list[int], max_labels: int
     return ChainResult(choice, float(ub), float(lb), exact, labels)   # the bound raw, unclamped
 
 
-def _solve_wrapped(p: Problem, deadline_s: float, order: list[int], max_labels: int,
+def _solve_wrapped(p: Problem, deadline_s: float, order: list[int], opts: DpOptions,
                    rel_tol: float) -> ChainResult:
     """:func:`solve_chain` of a steady state: one run per combination of the wrapped first
     tasks' ω_dev (:func:`_fix_wrap`), the cheapest plan, and the least bound over the runs
@@ -349,7 +344,7 @@ def _solve_wrapped(p: Problem, deadline_s: float, order: list[int], max_labels: 
         if not meets_deadline(float((cf.t[0] + _suffix(cf, None)[0]).min()), deadline_s):
             continue
         try:
-            r = solve_chain(p, deadline_s, order, max_labels, rel_tol, _ca=cf)
+            r = solve_chain(p, deadline_s, order, opts, rel_tol, _ca=cf)
         except ValueError:
             continue
         choice = list(r.choice)
@@ -418,7 +413,8 @@ def _pareto_dp(ca: ChainArrays, D: float, lam: float, ub: float, tol: float, max
     S = np.arange(len(T))
     keep = (T + h_time[0] <= D + tslack) & (bound(0, T, E, S) <= ub + tol)
     T, E, S = T[keep], E[keep], S[keep]
-    parents: list[tuple[np.ndarray, np.ndarray]] = [(S, np.full(len(S), -1))]
+    state_dtype = np.int16 if max(len(x) for x in ca.t) < 2**15 else np.int32
+    parents: list[tuple[np.ndarray, np.ndarray]] = [(S.astype(state_dtype), np.full(len(S), -1, dtype=np.int32))]
     total = len(T)
     for i in range(1, n):
         k = len(ca.t[i])
@@ -458,7 +454,7 @@ def _pareto_dp(ca: ChainArrays, D: float, lam: float, ub: float, tol: float, max
         if beam is not None and len(T) > beam:
             sel = np.argpartition(bound(i, T, E, S), beam)[:beam]
             T, E, S, par = T[sel], E[sel], S[sel], par[sel]
-        parents.append((S, par))
+        parents.append((S.astype(state_dtype), par.astype(np.int32)))   # compact: labels pile up
         total += len(T)
         if total > max_labels or len(T) == 0:
             return None

@@ -16,7 +16,7 @@ between the plan and this start lowers the proven gap at the same work
 (``experiments/bench_solvers.py``).
 
 A hold start keeps the plan's ramps, so its level must fit them. A *re-plan*
-(:func:`held_problem`, :func:`replan_levels`, used by ``solvers.relax._replan_hold``) goes
+(:func:`held_problem`, :func:`replan_levels`, used by :func:`solvers.search.replan_hold`) goes
 further: it fixes the held tasks at a level that may be slower than fits, picked by the held
 problem's hull LP, and plans everything outside the window again, ramps included, which
 then run faster to pay for the slower steady state. With 60 discrete clocks every stage of a
@@ -36,17 +36,7 @@ import numpy as np
 
 from .feasibility import plan_meets_deadline
 from .model import Problem, Task
-
-#: (start, end) of the held window as fractions of the plan's makespan; the cheapest start wins.
-HOLD_WINDOWS: tuple[tuple[float, float], ...] = ((0.3, 0.75), (0.3, 0.7), (0.4, 0.75), (0.2, 0.8))
-#: Held levels considered: busy-time ratios to the plan's within ±``HOLD_BAND``.
-HOLD_BAND = 0.03
-#: Slower levels paired with each of the three fastest feasible ones.
-HOLD_PAIRS = 10
-#: A re-plan screens levels from the slowest that fits the plan to ``1 + REPLAN_SPAN`` times it.
-REPLAN_SPAN = 0.02
-#: Levels screened by the held problem's hull LP for a re-plan (one LP solve each).
-REPLAN_LEVELS = 24
+from .options import HoldOptions
 
 
 @dataclass(frozen=True)
@@ -134,18 +124,22 @@ def _window_levels(p: Problem, choice: np.ndarray, deadline_s: float, window: tu
     return cores, levels, lo
 
 
-def hold_start(p: Problem, choice, deadline_s: float, window: tuple[float, float] = HOLD_WINDOWS[0],
-               band: float = HOLD_BAND, pairs: int = HOLD_PAIRS) -> tuple[float, np.ndarray] | None:
+def hold_start(p: Problem, choice, deadline_s: float, window: tuple[float, float] | None = None,
+               opts: HoldOptions = HoldOptions()) -> tuple[float, np.ndarray] | None:
     """The cheapest plan that meets ``deadline_s`` (energy J, choice) built from ``choice`` by
-    holding clocks through ``window`` (fractions of its makespan), or None when no device with
+    holding clocks through ``window`` (fractions of its makespan; default the first of
+    ``opts.windows``), or None when no device with
     switch costs has two tasks there sharing an ω, or no held level meets the deadline.
 
-    One level: the slowest common ratio that meets the deadline. Two levels: each of the three
-    fastest such levels after the ``pairs`` next slower ones, with the latest split that meets
-    the deadline (found by bisection over the held tasks' start times)."""
+    One level: the slowest common ratio (within ±``opts.band``) that meets the deadline. Two
+    levels: each of the three fastest such levels after the ``opts.pairs`` next slower ones,
+    with the latest split that meets the deadline (found by bisection over the held tasks'
+    start times)."""
     ix = p.index
+    window = opts.windows[0] if window is None else window
+    pairs = opts.pairs
     choice = np.asarray(choice, dtype=int)
-    cores, levels, lo = _window_levels(p, choice, deadline_s, window, band)
+    cores, levels, lo = _window_levels(p, choice, deadline_s, window, opts.band)
     if lo < 0:
         return None
     best_ch = _apply(choice, cores, levels[lo], levels[lo], 0.0)
@@ -169,9 +163,10 @@ def hold_start(p: Problem, choice, deadline_s: float, window: tuple[float, float
 
 
 def best_hold(p: Problem, choice, deadline_s: float,
-              windows: tuple[tuple[float, float], ...] = HOLD_WINDOWS) -> tuple[np.ndarray, tuple[float, float]] | None:
-    """The cheapest :func:`hold_start` over ``windows``: (its choice, its window), or None."""
-    found = [(h[0], h[1], w) for w in windows if (h := hold_start(p, choice, deadline_s, w)) is not None]
+              opts: HoldOptions = HoldOptions()) -> tuple[np.ndarray, tuple[float, float]] | None:
+    """The cheapest :func:`hold_start` over ``opts.windows``: (its choice, its window), or None."""
+    found = [(h[0], h[1], w) for w in opts.windows
+             if (h := hold_start(p, choice, deadline_s, w, opts)) is not None]
     if not found:
         return None
     _, ch, w = min(found, key=lambda h: h[0])
@@ -179,9 +174,9 @@ def best_hold(p: Problem, choice, deadline_s: float,
 
 
 def best_hold_start(p: Problem, choice, deadline_s: float,
-                    windows: tuple[tuple[float, float], ...] = HOLD_WINDOWS) -> np.ndarray | None:
-    """The cheapest :func:`hold_start` over ``windows`` (its choice), or None."""
-    found = best_hold(p, choice, deadline_s, windows)
+                    opts: HoldOptions = HoldOptions()) -> np.ndarray | None:
+    """The cheapest :func:`hold_start` over ``opts.windows`` (its choice), or None."""
+    found = best_hold(p, choice, deadline_s, opts)
     return None if found is None else found[0]
 
 
@@ -216,13 +211,15 @@ def held_problem(p: Problem, cores: list[_Core], level: tuple[int, ...]) -> Held
 
 
 def replan_levels(p: Problem, choice, deadline_s: float, window: tuple[float, float],
-                  span: float = REPLAN_SPAN, count: int = REPLAN_LEVELS) -> tuple[list[_Core], list[tuple[int, ...]]]:
-    """Candidate levels for a re-plan around a hold in ``window``: up to ``count`` held
-    assignments spread evenly from the slowest one-level hold that fits ``choice``'s own ramps
-    to ratio ``1 + span`` times it, slower ones included (a re-plan speeds the ramps up to pay
-    for them). Returns (cores, levels, fastest first); no levels when nothing can be held."""
+                  opts: HoldOptions = HoldOptions()) -> tuple[list[_Core], list[tuple[int, ...]]]:
+    """Candidate levels for a re-plan around a hold in ``window``: up to
+    ``opts.replan_levels`` held assignments spread evenly from the slowest one-level hold that
+    fits ``choice``'s own ramps to ratio ``1 + opts.replan_span`` times it, slower ones
+    included (a re-plan speeds the ramps up to pay for them). Returns (cores, levels, fastest
+    first); no levels when nothing can be held."""
+    span, count = opts.replan_span, opts.replan_levels
     choice = np.asarray(choice, dtype=int)
-    cores, levels, lo = _window_levels(p, choice, deadline_s, window, HOLD_BAND)
+    cores, levels, lo = _window_levels(p, choice, deadline_s, window, opts.band)
     if lo < 0:
         return cores, []
     q0 = _ratio(cores, levels[lo])

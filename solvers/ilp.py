@@ -17,9 +17,11 @@ Solvers: HiGHS (``highspy``) wherever it is importable, CBC (bundled with PuLP 3
 ``pulp[cbc]`` in PuLP 4) as the fallback, found with ``pulp.listSolvers(onlyAvailable=True)``;
 when HiGHS answers without a solution (neither one nor a proof of infeasibility), the same
 model is solved by CBC. HiGHS runs with ``mip_rel_gap`` 0 and ``mip_abs_gap`` 1e-9 J (its
-defaults, 1e-4 and 1e-6 J, would call a 0.01 % gap "optimal"). A solve is budgeted by branch-and-bound nodes (``max_nodes``, work:
-the same on any machine); its time limit is only a safety net, and ``ILPResult.time_capped``
-says when it fired. The status is read from ``sol_status``: a time limit with an incumbent is
+defaults, 1e-4 and 1e-6 J, would call a 0.01 % gap "optimal"). A solve is budgeted by
+branch-and-bound nodes (:attr:`solvers.options.IlpOptions.max_nodes`, work: the same on any
+machine); the backend's own time limit (``backend_time_limit_s``, which :func:`solvers.solve`
+derives from the caller's wall-clock safety net) only stops a runaway solve, and
+``ILPResult.time_capped`` says when it fired. The status is read from ``sol_status``: a time limit with an incumbent is
 *not* optimal. The lower bound is reported as the solver gives it (HiGHS' dual bound), never
 clamped to the plan's energy.
 
@@ -44,19 +46,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from .model import Problem, SolverUnavailableError, constant_switch
+from .options import IlpOptions
+from .quiet import c_stdout_quiet
 
 # HiGHS first (issue 22: on 4x8 1F1B with 1 ms switches it beat our plan and bound in 60 s);
 # CBC is the fallback. PuLP 3.3.2's in-process HiGHS was once seen to answer "not solved":
 # solve_ilp then re-solves with the next solver, so such an answer never ends the solve.
 _PREFERENCE = ("HiGHS", "HiGHS_CMD", "PULP_CBC_CMD", "COIN_CMD")
-
-#: Branch-and-bound nodes one MILP solve may explore (its work budget) unless told otherwise.
-ILP_MAX_NODES = 20_000
-
-
-#: MIP starts through PuLP are off: both bundled back ends misbehaved with them (see solve_ilp).
-MIP_STARTS_ENABLED = False
-
 
 def available_solvers() -> list[str]:
     """MILP solvers PuLP can run here, in our order of preference."""
@@ -66,10 +62,11 @@ def available_solvers() -> list[str]:
     return [s for s in _PREFERENCE if s in have]
 
 
-def make_solver(name: str | None = None, time_limit_s: float | None = None, gap_rel: float = 0.0,
+def make_solver(name: str | None = None, backend_time_limit_s: float | None = None, gap_rel: float = 0.0,
                 threads: int = 1, warm_start: bool = False, max_nodes: int | None = None):
-    """A PuLP solver object: ``name`` or the first available (HiGHS, then CBC), with a
-    time limit (a safety net), a relative gap (0: solve to optimality) and a node budget."""
+    """A PuLP solver object: ``name`` or the first available (HiGHS, then CBC), with the
+    backend's own time limit (a safety net, s), a relative gap (0: solve to optimality) and a
+    node budget."""
     import pulp
 
     avail = available_solvers()
@@ -82,8 +79,8 @@ def make_solver(name: str | None = None, time_limit_s: float | None = None, gap_
     elif name not in avail:
         raise SolverUnavailableError(f"solver {name!r} is not available; available: {avail}")
     kw = {"msg": False}
-    if time_limit_s is not None:
-        kw["timeLimit"] = float(time_limit_s)
+    if backend_time_limit_s is not None:
+        kw["timeLimit"] = float(backend_time_limit_s)
     if gap_rel > 0:
         kw["gapRel"] = float(gap_rel)
     if name in ("PULP_CBC_CMD", "COIN_CMD"):
@@ -328,26 +325,26 @@ def build_model(p: Problem, deadline_s: float, allowed: list[list[int]] | None =
     return prob, x, S, M
 
 
-def solve_ilp(p: Problem, deadline_s: float, time_limit_s: float | None = 60.0, gap_rel: float = 0.0,
+def solve_ilp(p: Problem, deadline_s: float, backend_time_limit_s: float | None = 60.0, gap_rel: float = 0.0,
               warm_start: list[int] | np.ndarray | None = None, solver: str | None = None,
-              fallback_bound_j: float = -math.inf, max_nodes: int | None = ILP_MAX_NODES) -> ILPResult:
+              fallback_bound_j: float = -math.inf, opts: IlpOptions = IlpOptions()) -> ILPResult:
     """Solve the compact MILP (:func:`build_model`) at ``deadline_s`` with ``solver`` or, by
     default, HiGHS and then (when HiGHS gives no answer) CBC; ``warm_start`` is an incumbent
-    choice (unused, see :data:`MIP_STARTS_ENABLED`); ``max_nodes`` the node budget;
-    ``time_limit_s`` the safety net."""
+    choice (handed to the backend only with ``opts.mip_starts``); ``opts.max_nodes`` the node
+    budget (its work); ``backend_time_limit_s`` the backend's own time limit, a safety net."""
     names = [solver] if solver else (available_solvers() or [None])
     r = None
     for name in names:
-        r = _solve_ilp_with(p, deadline_s, time_limit_s, gap_rel, warm_start, name,
-                            fallback_bound_j, max_nodes)
+        r = _solve_ilp_with(p, deadline_s, backend_time_limit_s, gap_rel, warm_start, name,
+                            fallback_bound_j, opts)
         if r.choice is not None or r.status == "infeasible":
             return r
     return r
 
 
-def _solve_ilp_with(p: Problem, deadline_s: float, time_limit_s: float | None, gap_rel: float,
+def _solve_ilp_with(p: Problem, deadline_s: float, backend_time_limit_s: float | None, gap_rel: float,
                     warm_start, solver: str | None, fallback_bound_j: float,
-                    max_nodes: int | None) -> ILPResult:
+                    opts: IlpOptions) -> ILPResult:
     """:func:`solve_ilp` with one solver."""
     import time
 
@@ -358,11 +355,11 @@ def _solve_ilp_with(p: Problem, deadline_s: float, time_limit_s: float | None, g
     # Warm start: CBC's MIP start was seen to come back as an "optimal" solution violating
     # the deadline (PuLP 3.3.2), and a warm-started HiGHS solve (highspy 1.16 through PuLP
     # 3.3.2) returned "not solved" and left every later HiGHS solve in the process "not
-    # solved". So MIP starts stay off (MIP_STARTS_ENABLED); the caller keeps the heuristic
+    # solved". So MIP starts stay off (IlpOptions.mip_starts); the caller keeps the heuristic
     # plan as a fallback and its bound, and every returned plan is re-checked below.
     use_warm = False
     name = solver or (available_solvers() or [None])[0]
-    if MIP_STARTS_ENABLED and warm_start is not None and name == "HiGHS" and all(int(warm_start[v]) in x[v] for v in range(ix.n)):
+    if opts.mip_starts and warm_start is not None and name == "HiGHS" and all(int(warm_start[v]) in x[v] for v in range(ix.n)):
         st, _, mk = ix.schedule(warm_start)
         if meets_deadline(mk, deadline_s):
             for v in range(ix.n):
@@ -371,13 +368,13 @@ def _solve_ilp_with(p: Problem, deadline_s: float, time_limit_s: float | None, g
                 S[v].setInitialValue(float(st[v]))
             M.setInitialValue(float(mk))
             use_warm = True
-    slv = make_solver(solver, time_limit_s, gap_rel, warm_start=use_warm, max_nodes=max_nodes)
+    slv = make_solver(solver, backend_time_limit_s, gap_rel, warm_start=use_warm, max_nodes=opts.max_nodes)
     t0 = time.perf_counter()
-    with warnings.catch_warnings(), solver_sandbox(slv), _c_stdout_quiet(slv.name == "HiGHS"):
+    with warnings.catch_warnings(), solver_sandbox(slv), c_stdout_quiet(slv.name == "HiGHS"):
         warnings.simplefilter("ignore", DeprecationWarning)
         ret = prob.solve(slv)
     # Not optimal once the time limit has passed: the safety net (not the node budget) ended it.
-    ran_out = time_limit_s is not None and time.perf_counter() - t0 >= 0.95 * float(time_limit_s)
+    ran_out = backend_time_limit_s is not None and time.perf_counter() - t0 >= 0.95 * float(backend_time_limit_s)
     st = read_status(prob, ret)
     if st.infeasible:
         return ILPResult(None, math.inf, math.inf, "infeasible", False, slv.name)
@@ -401,26 +398,6 @@ def _solve_ilp_with(p: Problem, deadline_s: float, time_limit_s: float | None, g
     return ILPResult(choice, energy, bound, "optimal" if optimal else
                      ("gap" if st.optimal else "time_limit" if ran_out else "node_limit"),
                      optimal, slv.name, ran_out and not st.optimal)
-
-
-@contextmanager
-def _c_stdout_quiet(on: bool) -> Iterator[None]:
-    """Point file descriptor 1 at /dev/null while ``on``: an in-process HiGHS prints its banner
-    on the C-level stdout before any option can be set (it would corrupt ``ecal ... --json``)."""
-    if not on:
-        yield
-        return
-    import sys
-
-    sys.stdout.flush()
-    saved = os.dup(1)
-    try:
-        with open(os.devnull, "wb") as null:
-            os.dup2(null.fileno(), 1)
-        yield
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
 
 
 def _highs_dual_bound(prob) -> float | None:

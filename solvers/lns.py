@@ -30,6 +30,8 @@ import numpy as np
 
 from .feasibility import meets_deadline, plan_meets_deadline
 from .model import Problem
+from .options import SearchOptions
+from .repair import relax_repeatedly
 
 
 @dataclass
@@ -92,9 +94,9 @@ class Budget:
         return Budget(min(work, self.left), t_end, parent=self)
 
 
-#: Labels :func:`chain_dp` generates per work unit (about 0.13 ms of numpy work when this was
-#: set, measured at 0.11–0.14 µs per label on 4x8 to 16x64 1F1B with 1 ms switches; about
-#: half that since the DP sorts its labels per option). Kept, so that plans stay the same.
+#: The definition of a work unit: :func:`chain_dp` labels per unit (about 0.07 ms of work).
+#: Every budget in :class:`solvers.options.SolveOptions` is counted in these units, so this
+#: is a unit, not a tuning knob.
 LABELS_PER_UNIT = 1000
 
 
@@ -319,11 +321,9 @@ def windowed_rounding(p: Problem, time_s: np.ndarray, deadline_s: float, alpha: 
     as X_u ≤ start of u's successors in that schedule, the device plans fit together and the
     makespan is at most ``deadline_s``. None when some device cannot fit its windows (or the
     fractional schedule itself misses the deadline). ``cap``/``gcap``: :func:`chain_dp`'s
-    label caps (measured: 16/64 is up to 40 % faster and up to 0.05 % dearer).
-
-    Measured on 16x64 1F1B with 1 ms switches at 1.05x: a start 1.1 % above the bound in 1 s,
-    which 8 s of path re-planning take to 0.79 % and 8 s more of kicks to 0.73 % (the other
-    starts together reached 0.76 % in 16 s)."""
+    label caps (measured: 16/64 is up to 40 % faster and up to 0.05 % dearer). On 16x64 1F1B
+    with 1 ms switches it gives a start about 1.1 % above the bound in 1 s, better after the
+    search than the other starts together."""
     ix = p.index
     D = float(deadline_s)
     _, end = ix.earliest(time_s)
@@ -403,26 +403,17 @@ def neighbourhoods(p: Problem) -> list[list[int]]:
     return [seq for seq in ix.dev_seq.values() if len(seq) > 1] + dependency_paths(p)
 
 
-#: Where the other tasks are held while one path is re-planned: α·ASAP + (1 − α)·ALAP start
-#: (a convex combination of two feasible schedules is feasible), cycled per sweep.
-POLISH_ALPHAS: tuple[float, ...] = (0.5, 0.0, 1.0)
-
-
-#: Work units of a :func:`polish` or :func:`iterated_polish` called without a budget, and the
-#: wall-clock safety net that comes with it (s): work, not time, ends a search.
-DEFAULT_WORK = 2_000.0
-DEFAULT_SAFETY_NET_S = 600.0
-
-
-def polish(p: Problem, choice: np.ndarray, deadline_s: float, budget_s: float = DEFAULT_SAFETY_NET_S,
-           alphas: tuple[float, ...] = POLISH_ALPHAS, paths: list[list[int]] | None = None,
-           cap: int = 48, gcap: int = 160, work: float = DEFAULT_WORK,
+def polish(p: Problem, choice: np.ndarray, deadline_s: float, budget_s: float = 600.0,
+           alphas: tuple[float, ...] = SearchOptions().alphas, paths: list[list[int]] | None = None,
+           cap: int = 48, gcap: int = 160, work: float = 2_000.0,
            budget: Budget | None = None) -> np.ndarray:
     """Large-neighbourhood search: re-plan one path at a time (device chains and dependency
     paths, :func:`neighbourhoods`) with every other task held at a feasible start; keep the
-    new plan when it meets the deadline and costs less. Sweeps cycle ``alphas`` until a whole
-    cycle finds nothing or the budget is spent: ``work`` units (:func:`path_cost`; the
-    ``budget_s`` seconds are a safety net), or ``budget`` when given. Never returns a worse plan.
+    new plan when it meets the deadline and costs less. Sweeps cycle ``alphas`` (where the
+    other tasks are held: α·ASAP + (1 − α)·ALAP start, a convex combination of two feasible
+    schedules) until a whole cycle finds nothing or the budget is spent: ``work`` units
+    (:func:`path_cost`; the ``budget_s`` seconds are a wall-clock safety net), or ``budget``
+    when given. Never returns a worse plan.
     ``paths`` restricts the neighbourhoods; ``cap``/``gcap`` are :func:`chain_dp`'s label caps."""
     ix = p.index
     budget = Budget.of(work, budget_s) if budget is None else budget
@@ -485,19 +476,17 @@ def _touching(p: Problem, segment: list[int]) -> list[list[int]]:
 
 
 def iterated_polish(p: Problem, choice: np.ndarray, deadline_s: float,
-                    budget_s: float = DEFAULT_SAFETY_NET_S, seed: int = 0, max_segment: int = 32,
-                    work: float = DEFAULT_WORK,
+                    budget_s: float = 600.0, seed: int = 0, max_segment: int = 32,
+                    work: float = 2_000.0,
                     budget: Budget | None = None, caps: tuple[int, int] = (16, 64)) -> np.ndarray:
     """Iterated local search on top of :func:`polish`: a *kick* makes a random segment of one
     device hold one ω (that of a random task in it; runs of one clock are what switch costs
     favour and what one-path moves cannot build); a kick that still meets the deadline has
-    its freed slack used (:func:`solvers.relax.relax`) and the paths around the segment
+    its freed slack used (:func:`solvers.repair.relax_repeatedly`) and the paths around the segment
     re-planned, and is kept when it costs less. Stops when the budget is spent (``work``
     units, :func:`kick_cost` and :func:`path_cost`, with ``budget_s`` seconds as a safety net,
     or ``budget``); ``seed`` makes the result reproducible. ``caps``:
     :func:`chain_dp`'s label caps (``cap``, ``gcap``) in the re-planning after a kick."""
-    from .relax import relax_repeatedly
-
     ix = p.index
     budget = Budget.of(work, budget_s) if budget is None else budget
     rng = np.random.default_rng(seed)
@@ -512,8 +501,8 @@ def iterated_polish(p: Problem, choice: np.ndarray, deadline_s: float,
         seg = seq[i:i + length]
         v = seg[int(rng.integers(length))]
         new = _hold(p, ch, seg, p.tasks[v].options[ch[v]].omega.dev)
-        # A kick that misses the deadline is dropped, not crashed: measured on 16x64 1F1B,
-        # crashing took half the time and 10 s of kicks ended higher (0.84 % vs 0.82 % gap).
+        # A kick that misses the deadline is dropped, not crashed: crashing took half the
+        # search's time and ended higher (measured on 16x64 1F1B).
         if np.array_equal(new, ch) or not plan_meets_deadline(p, new, D):
             budget.spend(kick_cost(p, tried=False))
             continue

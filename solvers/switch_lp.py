@@ -1,16 +1,18 @@
 """The LP relaxation *with* constant switch costs, for the Lagrangian bound of small problems.
 
-The hull LP (:class:`solvers.relax.HullLP`) drops switch costs, so its duals price no edge for
+The hull LP (:class:`solvers.hull_lp.HullLP`) drops switch costs, so its duals price no edge for
 them; when switches cost energy but no time its duals do not see them at all. This LP keeps
 them with solver-notes §4's per-ω rows: every option of every task is a column x, and each
 consecutive same-device pair (u, w) has one z per operating point ω with
 z_ω ≥ X_u,ω − X_w,ω; the switch indicator Σ_ω z_ω adds its latency to the device edge and its
 extra energy to the objective. That is the transport LP's value (both charge
 c·Σ_ω max(0, X_u,ω − X_w,ω)) with K instead of K² columns per pair, so its duals give
-:func:`solvers.relax.lagrangian_bound` the transport LP's strength.
+:func:`solvers.lagrangian.lagrangian_bound` the transport LP's strength.
 
 It is solved only where it is cheap: all switch costs constant (a
-:class:`~solvers.model.ConstantTransition`) and at most ``MAX_COLUMNS`` columns. Measured
+:class:`~solvers.model.ConstantTransition`) and at most ``max_columns`` columns (options,
+per-ω switch columns and starts; default
+:attr:`solvers.options.BoundOptions.switch_lp_max_columns`). Measured
 with HiGHS's interior point method (``linprog(method="highs-ipm")``, about twice as fast as
 its dual simplex from 8x32 up) on 1F1B profiles with 60 clocks and 1 ms switches, 2-core
 machine: 4x8 (7.5 k columns) 0.26 s; 8x32 (61 k) 8.5 s; 16x64 (247 k) about 2 minutes.
@@ -23,9 +25,7 @@ from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
 
 from .model import Problem, constant_switch
-
-#: Largest LP (columns: options + per-ω switch columns + starts) solved for a bound.
-MAX_COLUMNS = 20_000
+from .options import BoundOptions
 
 
 def _pairs(p: Problem) -> dict[int, tuple] | None:
@@ -45,7 +45,7 @@ def _pairs(p: Problem) -> dict[int, tuple] | None:
 
 
 def switch_lp_duals(p: Problem, rows: list[tuple[int, int]], deadline_s: float,
-                    max_columns: int = MAX_COLUMNS) -> np.ndarray | None:
+                    max_columns: int = BoundOptions().switch_lp_max_columns) -> np.ndarray | None:
     """Duals μ ≥ 0 of the precedence ``rows`` (``HullLP.rows``: (u, w) for S_u + T_u (+ switch
     latency on device edges) ≤ S_w, and (v, -1) for S_v + T_v ≤ M) in the LP with constant
     switch costs at ``deadline_s``; None when the costs are not constant, the LP has more than

@@ -1,6 +1,6 @@
 """Run one function call in a fresh Python process while this one goes on working.
 
-The fast method runs a small portfolio of independent searches (:data:`solvers.relax.PORTFOLIO`)
+The fast method runs a small portfolio of independent searches (:mod:`solvers.portfolio`)
 and keeps the best plan. :func:`start` hands one call to another process, so that a second core
 works on it, and :meth:`Pending.result` collects it.
 
@@ -39,9 +39,6 @@ from frontier.io import atomic_write
 #: The worker's program: not ``-m solvers.workers``, which would run this module a second
 #: time as ``__main__`` after the package's own import of it.
 _BOOT = "import sys; from solvers.workers import _main; sys.exit(_main(sys.argv[1], sys.argv[2]))"
-#: The longest a worker may take beyond its own time cap before it is killed and its call is
-#: run here (start-up, imports, building the problem's index: about 1 s on 16x64).
-GRACE_S = 60.0
 
 
 def available_cpus() -> int:

@@ -9,7 +9,9 @@ from test_solvers_exact import TR, TR_PAIR, random_dag
 from solvers import ConstantTransition
 from solvers.ascent import flow_ascent
 from solvers.brute import brute_force
-from solvers.relax import HullLP, lagrangian_bound, solve_fast
+from solvers.fast import solve_fast
+from solvers.hull_lp import HullLP
+from solvers.lagrangian import lagrangian_bound
 from solvers.switch_lp import switch_lp_duals
 
 

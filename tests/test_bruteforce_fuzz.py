@@ -23,8 +23,8 @@ from switch_costs import PairCost
 from solvers import ConstantTransition, Problem, solve
 from solvers.brute import brute_force
 from solvers.dp import chain_order
+from solvers.fast import solve_fast
 from solvers.feasibility import BOUND_REL_TOL, latest_makespan_s
-from solvers.relax import solve_fast
 
 CLOCKS = (400, 500, 600, 700, 800, 900, 1000)     # MHz; a task lists some of them
 

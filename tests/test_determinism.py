@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import solvers.relax as relax
-from solvers import ConstantTransition, load_perseus_profile, pareto, solve
+from solvers import ConstantTransition, SolveOptions, load_perseus_profile, pareto, solve
+from solvers.options import PortfolioOptions, SearchSettings
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "ecal" / "examples" / "pipeline_4x8.csv"
 SPIN = "while True:\n    pass\n"
@@ -47,13 +47,13 @@ def _problem(microbatches: int):
 
 
 @pytest.mark.skipif(not EXAMPLE.exists(), reason="bundled example profile missing")
-def test_fast_plans_are_bit_identical_beside_two_busy_loops(monkeypatch):
+def test_fast_plans_are_bit_identical_beside_two_busy_loops():
     # the portfolio's second search runs in a worker process (solvers.workers) here too
-    monkeypatch.setattr(relax, "PORTFOLIO_MIN_TASKS", 0)
+    opts = SolveOptions(portfolio=PortfolioOptions(members=(SearchSettings((24, 96), 0, 1.3),), min_tasks=0))
     p = _problem(4)
-    quiet = solve(p, "1.1x", method="fast")
+    quiet = solve(p, "1.1x", method="fast", options=opts)
     with BusyLoops():
-        loaded = solve(p, "1.1x", method="fast")
+        loaded = solve(p, "1.1x", method="fast", options=opts)
     assert _fingerprint(loaded) == _fingerprint(quiet)
     assert not quiet.time_capped and not loaded.time_capped
     ran = [m["ran"] for m in quiet.meta["search"]["members"]]

@@ -8,16 +8,22 @@ from test_lns import pipeline
 from test_solvers_exact import TR
 
 from solvers import ConstantTransition, load_perseus_profile, one_f_one_b
+from solvers.fast import solve_fast
 from solvers.hold import (
-    HOLD_WINDOWS,
     best_hold_start,
     held_problem,
     held_problem_values,
     hold_start,
     replan_levels,
 )
+from solvers.hull_lp import HullLP
 from solvers.lns import Budget
-from solvers.relax import REPLAN_WINDOW, HullLP, _replan_hold, portfolio_members, solve_fast
+from solvers.options import HoldOptions, SearchOptions
+from solvers.search import replan_hold
+
+HOLD_WINDOWS = HoldOptions().windows
+REPLAN_WINDOW = HoldOptions().replan_window
+FIRST_SEARCH = SearchOptions().settings
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "ecal" / "examples" / "pipeline_4x8.csv"
 
@@ -144,7 +150,7 @@ def test_screening_lp_updated_in_place_equals_a_fresh_one(longer):
 def test_replan_meets_the_deadline_and_holds_one_clock_per_device_in_its_window(longer):
     p, D, base, cores, levels = longer
     ix = p.index
-    ch = _replan_hold(p, base, D, REPLAN_WINDOW, Budget.of(2000, 30), portfolio_members(p.n_tasks)[0])
+    ch = replan_hold(p, base, D, REPLAN_WINDOW, Budget.of(2000, 30), FIRST_SEARCH)
     assert ch is not None
     assert ix.makespan(ch) <= D * (1 + 1e-9)
     assert ix.objective(ch) < ix.objective(base)     # measured: 3268.8 J against 3284.6 J
@@ -157,5 +163,5 @@ def test_replan_meets_the_deadline_and_holds_one_clock_per_device_in_its_window(
 def test_replan_spends_nothing_when_the_held_lp_cannot_beat_the_plan(example):
     p, D, base = example            # 4x8 at 1.2x: every held problem's LP is above the plan
     budget = Budget.of(2000, 30)
-    assert _replan_hold(p, base, D, REPLAN_WINDOW, budget, portfolio_members(p.n_tasks)[0]) is None
+    assert replan_hold(p, base, D, REPLAN_WINDOW, budget, FIRST_SEARCH) is None
     assert budget.used == 0

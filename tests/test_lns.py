@@ -8,8 +8,10 @@ import pytest
 from test_solvers_exact import TR, random_dag
 
 from solvers import ConstantTransition, Plan, one_f_one_b
+from solvers.fast import solve_fast
 from solvers.lns import chain_dp, dependency_paths, iterated_polish, neighbourhoods, path_window
-from solvers.relax import _final_polish, _final_shares, solve_fast
+from solvers.options import SearchOptions, SolveOptions
+from solvers.search import final_polish
 
 
 def _clock_opts(clocks, scale=1.0):
@@ -135,35 +137,44 @@ def test_final_polish_starts_from_the_cheapest_plan_that_meets_the_deadline(seed
     slowest = np.array([int(np.argmax(ix.time[v])) for v in range(ix.n)])
     D = 0.5 * (ix.makespan(fastest) + ix.makespan(slowest))    # the slowest plan is late
     good = solve_fast(p, D, search_work=0.0).choice
-    out = _final_polish(p, [fastest, slowest, good], D, Budget.of(10_000, 5.0))
+    out = final_polish(p, [fastest, slowest, good], D, Budget.of(10_000, 5.0))
     assert ix.makespan(out) <= D * (1 + 1e-9)
     assert ix.objective(out) <= min(ix.objective(good), ix.objective(fastest)) * (1 + 1e-12)
-    late = _final_polish(p, [slowest], D, Budget.of(10_000, 5.0))
+    late = final_polish(p, [slowest], D, Budget.of(10_000, 5.0))
     assert np.array_equal(late, slowest)     # nothing meets the deadline: returned untouched
 
 
 @pytest.mark.parametrize("deadline", ["1.05x", "1.3x"])
-def test_later_final_stages_only_lower_the_energy(monkeypatch, deadline):
+def test_later_final_stages_only_lower_the_energy(deadline):
     """The search and the first final stage give the plan they gave alone; the wider stage
     after them starts from it and keeps it unless it finds a cheaper one."""
-    import solvers.relax as R
+    from dataclasses import replace
+
+    from solvers.fast import polish_budget
+    from solvers.feasibility import plan_meets_deadline
+    from solvers.portfolio import portfolio_members
+    from solvers.rounding import switch_starts
+    from solvers.search import run_member
 
     p = pipeline(stages=4, mb=6)
     D = p.deadline_s(deadline)
-    starts = R._switch_starts(p, *_flow_and_lp(p, D), D, [D])
-    work, _ = R.polish_budget(p.n_tasks)
+    starts = switch_starts(p, *_flow_and_lp(p, D), D, [D])
+    work, _ = polish_budget(p.n_tasks)
     cap = 120.0                           # work alone stops both runs, however busy the machine
-    both = R._run_member(p, starts, D, work, cap, R.portfolio_members(p.n_tasks)[0])
-    monkeypatch.setattr(R, "FINAL_STAGES", R.FINAL_STAGES[:1])
-    first = R._run_member(p, starts, D, work, cap, R.portfolio_members(p.n_tasks)[0])
+    opts = SolveOptions()
+    member = portfolio_members(p.n_tasks, opts)[0]
+    both = run_member(p, starts, D, work, cap, member, opts)
+    one = replace(opts, search=replace(opts.search, final_stages=opts.search.final_stages[:1]))
+    first = run_member(p, starts, D, work, cap, member, one)
     ix = p.index
-    assert R.plan_meets_deadline(p, both.choice, D)
+    assert plan_meets_deadline(p, both.choice, D)
     assert ix.objective(both.choice) <= ix.objective(first.choice) * (1 + 1e-12)
     assert both.work_units >= first.work_units and not (both.capped_by_time or first.capped_by_time)
 
 
 def _flow_and_lp(p, D):
-    from solvers.relax import HullLP, flow_from_duals
+    from solvers.hull_lp import HullLP
+    from solvers.lagrangian import flow_from_duals
 
     lp = HullLP(p)
     res = lp.solve(D)
@@ -174,11 +185,11 @@ def _flow_and_lp(p, D):
 def test_lockstep_viterbi_equals_the_per_device_loop_bit_for_bit(seed):
     """Devices stepped together with O(options) switches give the per-device loop's value
     and choice exactly, ties included (prices rounded so that many options tie)."""
-    from solvers.relax import _lockstep, device_viterbi
+    from solvers.lagrangian import device_viterbi, lockstep_layout
 
     p = pipeline(stages=3, mb=5)
     ix = p.index
-    assert _lockstep(ix) is not None                    # 1F1B: one constant switch, equal lengths
+    assert lockstep_layout(ix) is not None              # 1F1B: one constant switch, equal lengths
     rng = np.random.default_rng(2100 + seed)
     for _ in range(10):
         f = rng.random(ix.n) * rng.choice([0.0, 1.0, 30.0])
@@ -186,28 +197,27 @@ def test_lockstep_viterbi_equals_the_per_device_loop_bit_for_bit(seed):
         if seed % 2:
             f, mu = np.round(f), np.round(mu)
         fast = device_viterbi(p, f, mu)
-        ix.__dict__["_lockstep"] = [None]               # force the per-device loop
-        slow = device_viterbi(p, f, mu)
-        ix.__dict__.pop("_lockstep")
+        slow = device_viterbi(p, f, mu, lockstep=False)     # the per-device loop
         assert fast[0] == slow[0] and np.array_equal(fast[1], slow[1])
 
 
 def test_lockstep_needs_equal_devices_and_constant_switches():
     from test_solvers_exact import TR_PAIR
 
-    from solvers.relax import _lockstep
+    from solvers.lagrangian import lockstep_layout
 
-    assert _lockstep(pipeline(tr=TR_PAIR).index) is None      # cost depends on the pair
+    assert lockstep_layout(pipeline(tr=TR_PAIR).index) is None      # cost depends on the pair
     rng = np.random.default_rng(5)
     uneven = random_dag(rng, 7, 3, 2, ConstantTransition(0.1, 1.0))  # 4 and 3 tasks per device
-    assert _lockstep(uneven.index) is None
+    assert lockstep_layout(uneven.index) is None
 
 
 @pytest.mark.parametrize("seed", range(8))
 @pytest.mark.parametrize("share", [0.2, 1.0])
 def test_surrogate_duals_give_a_valid_bound(seed, share):
     from solvers.brute import brute_force
-    from solvers.relax import HullLP, lagrangian_bound, switch_surrogate_duals
+    from solvers.hull_lp import HullLP
+    from solvers.lagrangian import lagrangian_bound, switch_surrogate_duals
 
     rng = np.random.default_rng(1200 + seed)
     p = random_dag(rng, int(rng.integers(4, 8)), 3, int(rng.integers(1, 3)), ConstantTransition(0.3, 3.0))
@@ -247,8 +257,8 @@ def test_polish_without_work_changes_nothing_and_work_bounds_it():
 
 @pytest.mark.parametrize("seed", range(8))
 def test_windowed_rounding_meets_the_deadline(seed):
+    from solvers.hull_lp import HullLP
     from solvers.lns import windowed_rounding
-    from solvers.relax import HullLP
 
     rng = np.random.default_rng(1500 + seed)
     p = random_dag(rng, int(rng.integers(5, 10)), 3, int(rng.integers(1, 4)), ConstantTransition(0.1, 1.0))
@@ -262,8 +272,8 @@ def test_windowed_rounding_meets_the_deadline(seed):
 
 
 def test_windowed_rounding_on_1f1b_is_feasible_and_holds_clocks():
+    from solvers.hull_lp import HullLP
     from solvers.lns import windowed_rounding
-    from solvers.relax import HullLP
 
     p = pipeline(stages=3, mb=6)
     D = p.fastest_makespan_s() * 1.15
@@ -275,19 +285,19 @@ _REPRO = """
 import hashlib, sys
 sys.path.insert(0, {tests!r})
 import numpy as np
-import solvers.relax as R
 from test_lns import pipeline
 from test_hold import EXAMPLE
 from solvers import ConstantTransition, load_perseus_profile
+from solvers.fast import solve_fast
 p = {problem}
-r = R.solve_fast(p, p.fastest_makespan_s() * 1.1)
+r = solve_fast(p, p.fastest_makespan_s() * 1.1)
 print(repr(r.energy_j), hashlib.md5(np.asarray(r.choice).tobytes()).hexdigest())
 """
 
 
 @pytest.mark.parametrize("problem", [
     "pipeline(stages=3, mb=5)",
-    # long enough for a held re-plan (solvers.relax._replan_hold)
+    # long enough for a held re-plan (solvers.search.replan_hold)
     "load_perseus_profile(EXAMPLE, 75.0, 16, transitions=ConstantTransition(1e-3, 0.075))"])
 def test_fast_search_is_reproducible_across_processes(problem):
     # work budgets, not seconds, end the search; nothing may depend on str hashing order
@@ -317,7 +327,7 @@ def test_fast_plan_reports_its_search_and_a_time_cap():
     # The search is budgeted by work alone: it spends its work (the final polish may stop
     # earlier, when it finds nothing); the default safety net is far out of reach.
     assert not s["capped_by_time"] and not plan.time_capped
-    assert s["work_units"] >= s["work_budget"] / (1 + _final_shares())
+    assert s["work_units"] >= s["work_budget"] / (1 + SearchOptions().final_shares())
     assert "note:" not in plan.summary()
     tiny = solve(p, "1.2x", method="fast", time_limit_s=1e-9)       # the safety net fires at once
     assert tiny.meta["search"]["capped_by_time"] and tiny.time_capped

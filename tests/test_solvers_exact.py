@@ -7,8 +7,8 @@ from switch_costs import PairCost
 from solvers import ConstantTransition, Problem, solve
 from solvers.brute import brute_force
 from solvers.dp import chain_order, solve_chain
+from solvers.fast import solve_fast
 from solvers.ilp import solve_ilp
-from solvers.relax import solve_fast
 
 
 def _options(rng, k, w=1.0):

@@ -198,7 +198,7 @@ def test_dense_curve_is_consistent():
 
 @pytest.mark.parametrize("order", ["ratio", "start"])
 def test_interpolate_prefixes_run_from_slow_to_fast(order):
-    from solvers.relax import interpolate
+    from solvers.curve import interpolate
 
     p = load_perseus_profile(EXAMPLE, n_microbatches=4)
     ix = p.index
@@ -214,11 +214,10 @@ def test_interpolate_prefixes_run_from_slow_to_fast(order):
 
 
 def test_hull_lp_warm_highs_and_linprog_agree():
-    from solvers.relax import HullLP
+    from solvers.hull_lp import HullLP
 
     p = load_perseus_profile(EXAMPLE, n_microbatches=4)
-    warm, cold = HullLP(p), HullLP(p)
-    cold._h = None                   # force scipy.optimize.linprog
+    warm, cold = HullLP(p), HullLP(p, warm=False)     # cold: scipy.optimize.linprog
     for f in (1.0, 1.1, 1.3):
         D = p.fastest_makespan_s() * f
         a, b = warm.solve(D), cold.solve(D)

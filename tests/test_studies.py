@@ -160,7 +160,7 @@ def test_steady_state_holds_on_the_bundled_pipeline():
     from bench_solvers import P2P_W, idle_priced_switch
 
     from solvers import load_perseus_profile
-    from solvers.relax import solve_fast
+    from solvers.fast import solve_fast
 
     prof = Path(__file__).resolve().parents[1] / "ecal" / "examples" / "pipeline_4x8.csv"
     p = load_perseus_profile(prof, P2P_W, 8, transitions=idle_priced_switch(1e-3))
@@ -190,7 +190,9 @@ def test_bench_switch_lp_splits_the_excess_over_the_bound():
 
     from solvers import ConstantTransition
     from solvers.brute import brute_force
-    from solvers.relax import HullLP, lagrangian_bound, solve_fast
+    from solvers.fast import solve_fast
+    from solvers.hull_lp import HullLP
+    from solvers.lagrangian import lagrangian_bound
     from solvers.switch_lp import switch_lp_duals
 
     p = pipeline(ConstantTransition(0.1, 2.0), stages=2, mb=2)
@@ -205,7 +207,7 @@ def test_bench_switch_lp_splits_the_excess_over_the_bound():
         assert e - bound - regret >= -1e-6 * e                    # priced slack
 
 
-def test_search_spread_runs_each_setting_and_restores_the_defaults(tmp_path):
+def test_search_spread_runs_each_setting_and_leaves_the_defaults(tmp_path):
     import bench_solvers
     import search_spread
 
@@ -213,12 +215,11 @@ def test_search_spread_runs_each_setting_and_restores_the_defaults(tmp_path):
     if not tool.exists():
         pytest.skip(f"the profile generator {tool} is absent (a clone without ../shared)")
 
-    import solvers.relax as relax
+    from solvers.options import SolveOptions
 
-    saved = relax.SEARCH_CAPS, relax.SEARCH_SEED
     rows = search_spread.main(["--cases", "2x3", "--deadlines", "1.2x", "--seeds", "0,1",
                                "--searches", "16/64,8/32x0.5", "--out", str(tmp_path / "spread")])
-    assert (relax.SEARCH_CAPS, relax.SEARCH_SEED) == saved
+    assert search_spread.SHIPPED == SolveOptions()                  # options are values: nothing to restore
     assert [(r[2], r[3], r[4]) for r in rows] == [("16/64", 1.0, 0), ("16/64", 1.0, 1),
                                                   ("8/32", 0.5, 0), ("8/32", 0.5, 1)]
     assert len({r[6] for r in rows}) == 1                           # one bound per deadline

@@ -8,8 +8,9 @@ import time
 import numpy as np
 import pytest
 
-import solvers.relax as relax
 from solvers import ConstantTransition, Problem
+from solvers.fast import solve_fast
+from solvers.options import PortfolioOptions, SearchSettings, SolveOptions
 from solvers.workers import start
 
 
@@ -78,23 +79,26 @@ def test_a_problem_pickles_as_its_fields_and_is_validated_again():
     assert len(pickle.dumps(p)) < 2000
 
 
-def test_the_portfolio_gives_the_same_plan_in_parallel_or_not(monkeypatch):
+def test_the_portfolio_gives_the_same_plan_in_parallel_or_not():
     from test_lns import pipeline
 
-    monkeypatch.setattr(relax, "PORTFOLIO_MIN_TASKS", 0)
+    opts = SolveOptions(portfolio=PortfolioOptions(members=(SearchSettings((24, 96), 0, 1.3),), min_tasks=0))
+    port = opts.portfolio.members
     # work alone ends each search, here and in the worker (no wall-clock budget)
     p = pipeline(stages=3, mb=4)
     D = p.deadline_s("1.2x")
-    par = relax.solve_fast(p, D, parallel=True)
-    seq = relax.solve_fast(p, D, parallel=False)
-    one = relax.solve_fast(p, D, portfolio=False)
+    par = solve_fast(p, D, parallel=True, options=opts)
+    seq = solve_fast(p, D, parallel=False, options=opts)
+    one = solve_fast(p, D, portfolio=False, options=opts)
     assert np.array_equal(par.choice, seq.choice) and par.energy_j == seq.energy_j
     m = par.search["members"]
     assert [x["ran"] for x in m] == ["here", "worker"] and seq.search["members"][1]["ran"].startswith("here")
-    assert [x["caps"] for x in m] == [list(relax.SEARCH_CAPS)] + [list(s.caps) for s in relax.PORTFOLIO]
+    assert [x["caps"] for x in m] == [list(opts.search.caps)] + [list(s.caps) for s in port]
     assert par.energy_j == pytest.approx(min(x["energy_j"] for x in m), abs=1e-3)
-    shares = 1 + sum(s.work_share for s in relax.PORTFOLIO)
+    shares = 1 + sum(s.work_share for s in port)
     assert par.search["work_budget"] == pytest.approx(shares * one.search["work_budget"], abs=0.2)
-    assert [x["work_share"] for x in m] == [1.0] + [s.work_share for s in relax.PORTFOLIO]
+    assert [x["work_share"] for x in m] == [1.0] + [s.work_share for s in port]
     assert len(one.search["members"]) == 1 and one.energy_j >= par.energy_j - 1e-9
-    assert np.array_equal(one.choice, relax.solve_fast(p, D, portfolio=True).choice)   # 12 tasks: one search
+    small = SolveOptions(portfolio=PortfolioOptions(members=port))                   # from 500 tasks on
+    assert np.array_equal(one.choice, solve_fast(p, D, portfolio=True, options=small).choice)   # 12 tasks: one search
+    assert len(solve_fast(p, D).search["members"]) == 1          # the shipped method runs one search

@@ -1,0 +1,147 @@
+"""The fast method: a plan and a proven lower bound for DAGs too large for the exact methods.
+
+:func:`solve_fast` puts the pieces together (``docs/solver.md`` explains the method):
+
+1. the hull LP (:mod:`solvers.hull_lp`) and the Lagrangian bound from its duals
+   (:mod:`solvers.lagrangian`);
+2. without switch costs, the LP rounding crashed to the deadline and relaxed
+   (:mod:`solvers.rounding`, :mod:`solvers.repair`); with them, feasible starts improved by
+   the switch-cost search (:mod:`solvers.search`; optionally a portfolio of searches,
+   :mod:`solvers.portfolio`), and a stronger bound (:mod:`solvers.bound`);
+3. every candidate re-checked against the deadline; the cheapest that meets it wins.
+
+The search is budgeted in work units (:func:`polish_budget`), so the plan depends on the
+input and the options alone. ``time_limit_s`` is only the wall-clock safety net of the search
+and the bound's ascent (default :func:`safety_net_s`); when it fires, the result says so.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .bound import switch_bound_capped
+from .feasibility import check_bound
+from .hold import wrap_polish
+from .hull_lp import HullLP
+from .lagrangian import device_viterbi, flow_from_duals
+from .model import Problem
+from .options import SearchSettings, SolveOptions
+from .portfolio import portfolio_members, run_portfolio, search_record
+from .repair import repaired
+from .rounding import round_lp, switch_starts
+from .search import MemberRun, energy_if_meets
+from .workers import available_cpus
+
+
+@dataclass(frozen=True)
+class FastResult:
+    """Plan choice, its energy, the best proven lower bound, and the LP's tangent
+    (bound at D' ≥ ``lp_bound_j`` + ``slope_j_per_s``·(D' − D), by convexity in D)."""
+
+    choice: np.ndarray
+    energy_j: float
+    lower_bound_j: float
+    lp_bound_j: float = -math.inf
+    slope_j_per_s: float = 0.0
+    search: dict | None = None    # switch-cost search: work units spent, budget, time-capped
+    time_capped: bool = False     # a wall-clock safety net fired (search or bound)
+
+
+def safety_net_s(n_tasks: int, options: SolveOptions = SolveOptions()) -> float:
+    """The default wall-clock safety net (s) of a fast solve of ``n_tasks`` tasks
+    (``options.budget``)."""
+    b = options.budget
+    return min(b.safety_net_s_max, max(b.safety_net_s_min, b.safety_net_s_per_task * n_tasks))
+
+
+def polish_budget(n_tasks: int, seconds: float | None = None,
+                  options: SolveOptions | None = None) -> tuple[float, float]:
+    """(work units, wall-clock safety net in s) of the search for ``n_tasks`` tasks. The work
+    depends on the size alone (``options.budget``); ``seconds`` (a caller's ``time_limit_s``)
+    replaces only the safety net (default :func:`safety_net_s`)."""
+    options = options or SolveOptions()
+    work = min(options.budget.max_work, options.budget.work_per_task * n_tasks)
+    return work, (safety_net_s(n_tasks, options) if seconds is None else float(seconds))
+
+
+def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
+               search_work: float | None = None,
+               time_limit_s: float | None = None, surrogate_bound: bool = True,
+               portfolio: bool = True, parallel: bool | None = None,
+               options: SolveOptions | None = None) -> FastResult:
+    """LP/Lagrangian bound plus rounded-and-repaired plan at ``deadline_s``.
+
+    Without switch costs the LP rounding is crashed to the deadline and relaxed. With switch costs,
+    feasible starts that need no crash (:func:`solvers.rounding.switch_starts`) go through the
+    search (:func:`solvers.search.run_member`): ``search_work`` units (default
+    :func:`polish_budget`; 0 turns the search off), so the plan depends on the input alone.
+    ``time_limit_s`` is only the wall-clock safety net (default :func:`safety_net_s`); when it
+    fires, the result says so (``time_capped``). When searching and ``surrogate_bound``, the
+    bound is :func:`solvers.bound.switch_bound` (one more LP solve and the ascent, about 3.5 s
+    on 16x64: curves skip it).
+
+    With ``portfolio`` and at least ``options.portfolio.min_tasks`` tasks, every search of
+    ``options.portfolio.members`` runs too, each with its ``work_share`` of that budget, and the
+    cheapest plan wins; they run in worker processes while this one computes the bound and the
+    first search, when ``parallel`` (default: when this process may use two CPUs or more).
+    Parallel or not, the plan is the same.
+
+    The bound is reported raw (``lower_bound_j``, never clamped to the plan's energy); one
+    above the plan's energy beyond :data:`solvers.feasibility.BOUND_REL_TOL` raises
+    :class:`solvers.feasibility.CertificateError`."""
+    options = options or SolveOptions()
+    ix = p.index
+    lp = lp or HullLP(p)
+    res = lp.solve(deadline_s)
+    bound = res.bound_j
+    fl = flow_from_duals(p, lp, res.duals, deadline_s)
+    lag_val, _ = device_viterbi(p, fl.f, fl.mu_dev)
+    bound = max(bound, fl.const_j + lag_val)
+    work, net = polish_budget(ix.n, time_limit_s, options)
+    if search_work is not None:
+        work = float(search_work)
+    if not ix.has_transitions:
+        work = 0.0
+    horizons = [res.makespan_s, deadline_s]
+    if not ix.has_transitions:
+        plans = [c for c in (repaired(p, round_lp(p, res.time_s), deadline_s, horizons),) if c is not None]
+    else:
+        plans = switch_starts(p, fl, res, deadline_s, horizons)
+    if not plans:
+        plans = [ix.fastest_choice()]
+    runs: list[MemberRun] = []
+    bound_capped = False
+    members: list[SearchSettings] = []
+    pending: list = []
+    if work > 0:
+        members = portfolio_members(ix.n, options)[:None if portfolio else 1]
+        if parallel is None:
+            parallel = available_cpus() >= 2
+
+        def raise_bound() -> None:
+            nonlocal bound, bound_capped
+            if surrogate_bound:
+                sb, bound_capped = switch_bound_capped(p, lp, res, deadline_s, options.bound, seconds=net)
+                bound = max(bound, sb)
+
+        runs, pending = run_portfolio(p, plans, deadline_s, work, net, members, parallel, options,
+                                      raise_bound)
+        plans = [r.choice for r in runs] + plans
+    # every candidate is re-checked: the cheapest plan that meets the deadline is returned
+    energies = [energy_if_meets(p, c, deadline_s) for c in plans]
+    search = search_record(work, net, members, runs, energies[:len(runs)], pending, options) if runs else None
+    if not np.isfinite(min(energies)):
+        fc = p.fastest_plan_choice()           # meets any deadline check_feasible accepted
+        plans, energies = [fc], [ix.objective(fc)]
+    if ix.steady_state:                        # the searches price no wrap switch: polish it
+        ch = wrap_polish(p, plans[int(np.argmin(energies))], deadline_s)
+        plans, energies = plans + [ch], energies + [energy_if_meets(p, ch, deadline_s)]
+    k = int(np.argmin(energies))
+    best_ch, best_e = plans[k], energies[k]
+    check_bound(bound, best_e, f"{p.name}: fast method")
+    capped = bound_capped or any(r.capped_by_time for r in runs)
+    return FastResult(best_ch, float(best_e), float(bound), res.bound_j, res.slope_j_per_s,
+                      search, capped)

@@ -1,0 +1,200 @@
+"""The convex-hull LP of a task DAG: the fast method's relaxation and first lower bound.
+
+Each task's options are replaced by the lower convex hull of its (time, effective energy)
+points, so a task may take any time on the hull; precedence and same-device order are kept,
+switch costs dropped. The LP's optimum is a valid lower bound on every plan, its task times
+are what the roundings (:mod:`solvers.rounding`) start from, and its duals are the flow the
+Lagrangian bound (:mod:`solvers.lagrangian`) prices switches with. :class:`HullLP` builds the
+LP once per problem and re-solves it for each deadline (warm, when ``highspy`` is installed).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import linprog
+from scipy.sparse import coo_matrix
+
+from .model import Problem
+from .quiet import c_stdout_quiet
+
+
+def lower_hull(t: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Indices of the lower-left convex hull of points (t, c), by increasing t (decreasing c)."""
+    o = np.lexsort((c, t))
+    hull: list[int] = []
+    for i in o:
+        if hull and c[i] >= c[hull[-1]]:
+            continue                          # slower and not cheaper: dominated
+        while len(hull) >= 2:
+            a, b = hull[-2], hull[-1]
+            # keep b only if it lies strictly below the segment a–i
+            cross = (t[b] - t[a]) * (c[i] - c[a]) - (c[b] - c[a]) * (t[i] - t[a])
+            if cross <= 0:
+                hull.pop()
+            else:
+                break
+        hull.append(int(i))
+    return np.array(hull, dtype=int)
+
+
+@dataclass(frozen=True)
+class LPResult:
+    """The relaxation at one deadline: bound, per-task LP time, makespan and edge duals."""
+
+    bound_j: float
+    time_s: np.ndarray
+    makespan_s: float
+    duals: np.ndarray          # μ ≥ 0 per row of the precedence block (see HullLP.rows)
+    slope_j_per_s: float = 0.0  # d bound / d deadline (≤ 0): the LP value is convex in D
+    deadline_s: float = math.nan  # the deadline it was solved at
+
+
+class HullLP:
+    """The convex-hull LP of a problem, built once and re-solved for several deadlines.
+
+    Each task's cost is the lower convex hull of its options, piecewise linear in its time.
+    The LP is written in *incremental* form: a task starts at its slowest hull vertex and
+    buys time on the hull's segments, δ_k ∈ [0, length_k] s at slope_k J/s (slopes rise
+    toward the fast end, so the LP fills them in order without binaries). Columns: start
+    times S_0..S_{n-1}, the makespan M (M ≤ D), then the δ's; rows: one per precedence pair,
+    S_u + t_slow_u − Σ δ_u − S_w ≤ 0, and S_v + t_slow_v − Σ δ_v − M ≤ 0 for tasks without
+    successors. Same optimum as the convex-combination form (a λ per hull vertex and one
+    equality row per task), in fewer rows: measured 2.4× faster per solve on 8x32 1F1B."""
+
+    def __init__(self, p: Problem, warm: bool = True):
+        """The LP of ``p``; ``warm``: re-solve a warm HiGHS model when ``highspy`` is
+        installed (False: a cold ``scipy.optimize.linprog`` solve every time)."""
+        ix = p.index
+        self.p = p
+        n = ix.n
+        self.hulls = [lower_hull(ix.time[i], ix.cost[i]) for i in range(n)]
+        # Segments of task i, from its slowest vertex toward its fastest.
+        self.t_slow = np.array([float(ix.time[i][h[-1]]) for i, h in enumerate(self.hulls)])
+        self.c_slow = np.array([float(ix.cost[i][h[-1]]) for i, h in enumerate(self.hulls)])
+        lengths, slopes, owner = [], [], []
+        for i, h in enumerate(self.hulls):
+            t, c = ix.time[i][h], ix.cost[i][h]
+            seg_t = t[1:] - t[:-1]
+            seg_c = c[:-1] - c[1:]
+            lengths.append(seg_t[::-1])
+            slopes.append((seg_c / seg_t)[::-1])
+            owner.append(np.full(len(seg_t), i))
+        self.seg_len_s = np.concatenate(lengths) if n else np.zeros(0)
+        self.seg_slope_j_per_s = np.concatenate(slopes) if n else np.zeros(0)
+        self.seg_owner = np.concatenate(owner).astype(int) if n else np.zeros(0, dtype=int)
+        self.off = np.searchsorted(self.seg_owner, np.arange(n + 1))   # segments of i: off[i]:off[i+1]
+        nd = len(self.seg_len_s)
+        self.ncol = n + 1 + nd
+        pairs = list(ix.edges) + [(ix.dev_prev[b], b) for b in range(n) if ix.dev_prev[b] >= 0]
+        sinks = [v for v in range(n) if not ix.succs[v] and ix.dev_next[v] < 0]
+        self.rows = pairs + [(v, -1) for v in sinks]
+        r, cidx, val = [], [], []
+        for k, (u, w) in enumerate(self.rows):
+            cols = np.arange(self.off[u], self.off[u + 1]) + n + 1
+            r.extend([k] * (len(cols) + 2))
+            cidx.extend([u, w if w >= 0 else n, *cols.tolist()])
+            val.extend([1.0, -1.0] + [-1.0] * len(cols))
+        self.A_ub = coo_matrix((val, (r, cidx)), shape=(len(self.rows), self.ncol)).tocsr()
+        self.row_owner = np.array([u for u, _ in self.rows], dtype=int)
+        self.c = np.concatenate([np.zeros(n), [ix.p_total], self.seg_slope_j_per_s])
+        if not warm:
+            self._h = None                  # :meth:`_highs` then builds no model
+
+    def _rhs(self, row_latency_s: np.ndarray | None = None) -> np.ndarray:
+        b = -self.t_slow[self.row_owner] if len(self.rows) else np.zeros(0)
+        return b if row_latency_s is None else b - np.asarray(row_latency_s, dtype=float)
+
+    def _upper(self, deadline_s: float) -> np.ndarray:
+        n = self.p.index.n
+        return np.r_[np.full(n, np.inf), float(deadline_s), self.seg_len_s]
+
+    def _times(self, x: np.ndarray) -> np.ndarray:
+        n = self.p.index.n
+        bought = np.bincount(self.seg_owner, weights=x[n + 1:], minlength=n) if n else np.zeros(0)
+        return self.t_slow - bought
+
+    def _highs(self):
+        """A warm HiGHS model (``highspy``, the optional ``highs`` extra) or None: re-solving
+        after changing only M's upper bound starts from the previous basis (dual simplex),
+        several times faster than a cold ``linprog`` per deadline on 1F1B curves."""
+        if "_h" in self.__dict__:
+            return self._h
+        self._h = None
+        try:
+            import highspy
+        except ImportError:
+            return None
+        n = self.p.index.n
+        A = self.A_ub.tocsc()
+        lp = highspy.HighsLp()
+        lp.num_col_ = self.ncol
+        lp.num_row_ = A.shape[0]
+        lp.col_cost_ = self.c
+        lp.col_lower_ = np.zeros(self.ncol)
+        up = self._upper(0.0)
+        up[:n] = highspy.kHighsInf
+        lp.col_upper_ = up
+        lp.row_lower_ = np.full(A.shape[0], -highspy.kHighsInf)
+        lp.row_upper_ = self._rhs()
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+        lp.a_matrix_.start_ = A.indptr
+        lp.a_matrix_.index_ = A.indices
+        lp.a_matrix_.value_ = A.data
+        with c_stdout_quiet():      # its constructor prints a banner on the C-level stdout
+            h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.passModel(lp)
+        self._h = (h, highspy)
+        return self._h
+
+    def set_single_options(self, values: dict[int, tuple[float, float]]) -> None:
+        """Give tasks that have a single option a new (time s, effective energy J), in place and
+        in the warm HiGHS model, so that the next :meth:`solve` starts from the last basis.
+        Used to screen held levels (:func:`solvers.search.replan_hold`): the held problems of different
+        levels differ only there. The LP then describes the problem with those options."""
+        h = self.__dict__.get("_h")
+        for v, (t, c) in values.items():
+            if self.off[v + 1] != self.off[v]:
+                raise ValueError(f"task {v} has more than one hull vertex")
+            self.t_slow[v] = t
+            self.c_slow[v] = c
+            if h is not None:
+                for k in np.flatnonzero(self.row_owner == v):
+                    h[0].changeRowBounds(int(k), -h[1].kHighsInf, float(-t))
+
+    def linprog(self, deadline_s: float, row_latency_s: np.ndarray | None = None):
+        """A cold ``scipy.optimize.linprog`` solve at ``deadline_s`` (M ≤ D), every precedence
+        row optionally tightened by ``row_latency_s`` (S_u + T_u + latency ≤ S_w). Its ``fun``
+        leaves out the constant Σ (slowest vertex's cost) (:meth:`solve` adds it)."""
+        bounds = np.c_[np.zeros(self.ncol), self._upper(deadline_s)]
+        return linprog(self.c, A_ub=self.A_ub, b_ub=self._rhs(row_latency_s), bounds=bounds,
+                       method="highs")
+
+    def solve(self, deadline_s: float) -> LPResult:
+        """Solve at ``deadline_s`` (M ≤ D)."""
+        n = self.p.index.n
+        const = float(self.c_slow.sum())
+        hs = self._highs()
+        if hs is not None:
+            h, highspy = hs
+            h.changeColBounds(n, 0.0, float(deadline_s))
+            h.run()
+            if h.getModelStatus() == highspy.HighsModelStatus.kOptimal:
+                sol = h.getSolution()
+                x = np.asarray(sol.col_value)
+                duals = -np.asarray(sol.row_dual)
+                slope = float(np.asarray(sol.col_dual)[n])
+                return LPResult(float(h.getInfo().objective_function_value) + const, self._times(x),
+                                float(x[n]), np.maximum(duals, 0.0), min(slope, 0.0), float(deadline_s))
+            self._h = None                      # fall back to a cold linprog solve
+        res = self.linprog(deadline_s)
+        if res.status != 0:
+            raise RuntimeError(f"hull LP at D={deadline_s}: {res.message}")
+        x = res.x
+        duals = -np.asarray(res.ineqlin.marginals)
+        slope = float(np.asarray(res.upper.marginals)[n])
+        return LPResult(float(res.fun) + const, self._times(x), float(x[n]), np.maximum(duals, 0.0),
+                        min(slope, 0.0), float(deadline_s))
