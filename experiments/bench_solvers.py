@@ -156,7 +156,7 @@ def chain_problem(n: int, tau_s: float, csv_path: Path) -> Problem:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lowtime-8x32", action="store_true", help="also run lowtime on 8x32 (minutes)")
-    ap.add_argument("--points", type=int, default=150, help="deadline grid of our curves")
+    ap.add_argument("--points", type=int, default=100, help="deadline grid of our curves (plans between grid points are interpolated)")
     ap.add_argument("--switch-ms", type=float, default=1.0, help="switch latency for the transition cases")
     ap.add_argument("--out", default=str(ROOT / "experiments" / "results" / "bench_solvers"))
     a = ap.parse_args()
