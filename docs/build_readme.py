@@ -318,6 +318,36 @@ def example_code(path: str) -> str:
 
 # ---------------------------------------------------------------------------------------------
 # README.md: a user's page. Research narrative, full outputs and details live in docs/.
+
+# The route's code, shown in README.md (short) and docs/loop.md (in full): one copy each.
+ROUTE_FACTORY = """```python
+# mytrain.py
+def make_fwd():
+    model, x = build_stage(0).cuda(), make_batch()
+    return lambda: model(x)
+```"""
+_CHARACTERIZE = """```bash
+ecal characterize mytrain:make_fwd mytrain:make_bwd --name fwd --name bwd \\
+     --device nvml:0 -o sigs.json --results sweep.jsonl     # resumable{note}
+```"""
+ROUTE_CHARACTERIZE = _CHARACTERIZE.format(note="")
+ROUTE_CHARACTERIZE_LOOP = _CHARACTERIZE.format(note="; docs/characterize.md")
+ROUTE_WORKLOAD = """```json
+{"format": "ecal.workload/1",
+ "elements": {"fwd": {"source": "sigs.json", "work": "mytrain:make_fwd"},
+              "bwd": {"source": "sigs.json", "work": "mytrain:make_bwd"}},
+ "shape": {"kind": "1f1b", "stages": 4, "microbatches": 8, "forward": "fwd", "backward": "bwd"},
+ "idle_power_w": 122, "transitions": {"constant": {"time_s": 0.002}}}
+```"""
+ROUTE_APPLY = """```python
+from measure.apply import PlanApplier, task_name
+with PlanApplier.from_schedule("schedule.json", rank=pp_rank, device="nvml:0") as applier:
+    for step in range(steps):
+        for inst, mb in my_1f1b_order(pp_rank):
+            with applier.element(task_name(pp_rank, inst, mb)):
+                run(inst, mb)
+```"""
+
 def readme_md() -> str:
     """The README: what it is, set up, demo, the route into a training loop, CLI, API, file
     formats, guarantees and limits, the benchmark, adaptive characterization, more, cite."""
@@ -370,28 +400,14 @@ $ ecal demo
 In full: [docs/loop.md](docs/loop.md). **1. Characterize your code** ([docs/characterize.md](docs/characterize.md)):
 a factory builds model and batch outside every timed window and returns the step.
 
-```python
-# mytrain.py
-def make_fwd():
-    model, x = build_stage(0).cuda(), make_batch()
-    return lambda: model(x)
-```
+{ROUTE_FACTORY}
 
-```bash
-ecal characterize mytrain:make_fwd mytrain:make_bwd --name fwd --name bwd \\
-     --device nvml:0 -o sigs.json --results sweep.jsonl     # resumable
-```
+{ROUTE_CHARACTERIZE}
 
 **2. Describe the step** in a workload file ([docs/workload.md](docs/workload.md)): elements, shape
 (1F1B, GPipe, interleaved 1F1B, chain, DAG), idle power, switch costs ([docs/steady_state.md](docs/steady_state.md)).
 
-```json
-{{"format": "ecal.workload/1",
- "elements": {{"fwd": {{"source": "sigs.json", "work": "mytrain:make_fwd"}},
-              "bwd": {{"source": "sigs.json", "work": "mytrain:make_bwd"}}}},
- "shape": {{"kind": "1f1b", "stages": 4, "microbatches": 8, "forward": "fwd", "backward": "bwd"}},
- "idle_power_w": 122, "transitions": {{"constant": {{"time_s": 0.002}}}}}}
-```
+{ROUTE_WORKLOAD}
 
 **3. Plan, run, measure** against every task at the top clock (bundled example, simulated). The
 measurement is authoritative: flagged means an assumption (here switch time, bubble power) was wrong.
@@ -406,14 +422,7 @@ $ ecal run plan.json --workload ecal/examples/workload_1f1b.json
 **4. Apply it in your loop** ([docs/examples/README.md](docs/examples/README.md); try
 `python docs/examples/pytorch_1f1b_loop.py --device sim`):
 
-```python
-from measure.apply import PlanApplier, task_name
-with PlanApplier.from_schedule("schedule.json", rank=pp_rank, device="nvml:0") as applier:
-    for step in range(steps):
-        for inst, mb in my_1f1b_order(pp_rank):
-            with applier.element(task_name(pp_rank, inst, mb)):
-                run(inst, mb)
-```
+{ROUTE_APPLY}
 
 ## Command line
 
@@ -559,17 +568,9 @@ step (a plain zero-argument step works too). Without `--grid`, the grid comes fr
 GPU's own supported clocks and power limits; several works share one ready-power calibration
 per operating point (43 % less device time for 4 elements, `experiments/bench_ready_power.py`).
 
-```python
-# mytrain.py
-def make_fwd():
-    model, x = build_stage(0).cuda(), make_batch()
-    return lambda: model(x)
-```
+{ROUTE_FACTORY}
 
-```bash
-ecal characterize mytrain:make_fwd mytrain:make_bwd --name fwd --name bwd \\
-     --device nvml:0 -o sigs.json --results sweep.jsonl     # resumable; docs/characterize.md
-```
+{ROUTE_CHARACTERIZE_LOOP}
 
 **2. Describe the step** in a workload file ([workload.md](workload.md)): the elements, where their
 signatures are, the shape — 1F1B, GPipe, interleaved 1F1B, a chain or a DAG —, idle power
@@ -577,13 +578,7 @@ and switch costs (`measure.measure_transitions` measures them; unmeasured pairs 
 fitted rule, never free). A step that repeats pays the switch from its last task back to its
 first (`steady_state`, the default for pipelines; [steady_state.md](steady_state.md)).
 
-```json
-{{"format": "ecal.workload/1",
- "elements": {{"fwd": {{"source": "sigs.json", "work": "mytrain:make_fwd"}},
-              "bwd": {{"source": "sigs.json", "work": "mytrain:make_bwd"}}}},
- "shape": {{"kind": "1f1b", "stages": 4, "microbatches": 8, "forward": "fwd", "backward": "bwd"}},
- "idle_power_w": 122, "transitions": {{"constant": {{"time_s": 0.002}}}}}}
-```
+{ROUTE_WORKLOAD}
 
 **3. Plan, then run the plan and measure it.** `ecal run` executes the plan with your work
 at the planned clocks (a real GPU runs single-device plans; `--device sim` runs the bundled
@@ -609,14 +604,7 @@ the schedule carries ready power, counts switches per iteration, and restores th
 exit, error or signal ([examples/README.md](examples/README.md); try `python docs/examples/pytorch_1f1b_loop.py
 --device sim`):
 
-```python
-from measure.apply import PlanApplier, task_name
-with PlanApplier.from_schedule("schedule.json", rank=pp_rank, device="nvml:0") as applier:
-    for step in range(steps):
-        for inst, mb in my_1f1b_order(pp_rank):
-            with applier.element(task_name(pp_rank, inst, mb)):
-                run(inst, mb)
-```
+{ROUTE_APPLY}
 
 **Zeus users** ([zeus.md](zeus.md)): `ecal import zeus-monitor LOG.csv` (one element per window
 name and GPU), `ecal import zeus-plo profile.json`, and `ecal export zeus-pfo schedule.json -o
@@ -803,9 +791,10 @@ $ ecal pareto ecal/examples/pipeline_4x8.csv --curve pareto.json --plan-at 1.07x
 A 1 ms clock switch here is priced at the stage's blocking power; the plan holds a clock where
 switching does not pay. Every search is budgeted by work, never by seconds, so the same input
 gives the same plan on any machine and under any load; `--time-limit-s` is only a wall-clock
-safety net, and a plan it cut short says `time_capped` (docs/certificates.md). From 500 tasks
-two searches with different DP caps run at once, the second in a worker process; the cheaper
-plan wins, and it is the same plan when they run one after the other.
+safety net, and a plan it cut short says `time_capped` (docs/certificates.md). Every tuning
+knob is one frozen `solvers.SolveOptions` ([solver.md](solver.md)); a second search with other
+DP caps in a worker process (`SolveOptions.portfolio`) is off by default: it saved 0.0004 % on
+16×64 (`experiments/results/solver_ablation.md`).
 
 ![Plan timeline](plan.png)
 ![Energy vs deadline](pareto.png)
@@ -1015,7 +1004,7 @@ slack terms charge every conservation error at the deadline. That took the prove
 That left the plan, then 0.508 % / 0.518 % above that LP: no LP or Lagrangian bound could
 prove 0.5 % for it, and the target needed a plan 4–8 J (0.01–0.02 %) cheaper. The search now
 ends by re-planning its best plan path by path once more with wider DP label caps (64 per
-option and 256 in all instead of 16 and 64; the first of `FINAL_STAGES` in `solvers/relax.py`), on a quarter
+option and 256 in all instead of 16 and 64; the first of `SolveOptions.search.final_stages`, `solvers/options.py`), on a quarter
 more work (about 1.6 s on 16×64). Once the kicks have stalled, that closer-to-exact polish
 took 1.4–7.8 J (median 4.4 J) off each of 18 searched plans, where the same work again on the
 search itself took 1–3 J. That reached 0.497 % / 0.506 %: 0.5 % at 1.05x, not yet at 1.2x.
@@ -1024,8 +1013,9 @@ Where one search lands is partly luck (`experiments/search_spread.py`,
 `results/search_spread.md`, kick seeds 0–3): {spread}. A search with other DP caps (24/96)
 ends in other local optima, not better ones on average, but *other* ones: the better of the
 two is much steadier than either. So on 500 tasks or more the fast method runs both: 16/64
-in this process after the bound, and 24/96 meanwhile in a worker process (`PORTFOLIO` in
-`solvers/relax.py`, `solvers/workers.py`), which computes no bound and so gets 1.3 times the
+in this process after the bound, and 24/96 meanwhile in a worker process (`SolveOptions.portfolio`,
+`solvers/portfolio.py`, `solvers/workers.py`; since `experiments/solver_ablation.py` measured it at
+0.0004 % it is off by default), which computes no bound and so gets 1.3 times the
 work (the bound's 5.5 s on 16×64 when it was chosen; 3.5 s now); the cheaper plan wins. Each search stops on its own
 work budget, so the plan is the same whether they run side by side or, on one core, one
 after the other in twice the time. A fresh interpreter is the worker, not
@@ -1036,12 +1026,12 @@ worker makes this process run that search itself.
 Then two speed-ups paid for a last step. The DP that re-plans a path now keeps each option's
 labels in a row of its own and sorts rows instead of every label at once, and the
 Lagrangian's per-device Viterbi steps all devices together when every switch costs one
-constant (`solvers/relax.py`, `_viterbi_lockstep`: the cheapest way into a clock is staying
+constant (`solvers/lagrangian.py`, `viterbi_lockstep`: the cheapest way into a clock is staying
 on it or the cheapest switch from another, O(options) instead of O(options²)). Both keep the
 same labels and the same arithmetic, so plans and bounds are bit for bit what they were: the
 DP runs 1.9× faster on 16×64 windows and the bound takes 3.5 s instead of 5.8 s. The time
 saved goes to a second final polish with caps of 128 per option and 512 in all, on 0.85 times
-the search's work (`FINAL_STAGES`; about 4 s on 16×64). It starts from the first polish's
+the search's work (`SolveOptions.search.final_stages`; about 4 s on 16×64). It starts from the first polish's
 plan and keeps it unless it finds a cheaper one, so no plan gets dearer: on the benchmark's
 16×64 plans it took 2.4 J (1.05x) and 1.5 J (1.2x) off, and 1.5–9.2 J off each of the 40
 searches below (two per seed, four seeds, five deadlines).

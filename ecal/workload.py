@@ -75,7 +75,6 @@ WORKLOAD_FORMAT = "ecal.workload/1"
 CHARACTERIZATION_FORMAT = "energy-calculus/characterization"
 PIPELINE_KINDS = ("1f1b", "gpipe", "interleaved-1f1b")
 SHAPE_KINDS = PIPELINE_KINDS + ("chain", "dag")
-STORE_SUFFIXES = (".sqlite", ".db")
 
 _TOP_KEYS = ("format", "name", "elements", "shape", "idle_power_w", "transitions", "devices",
              "steady_state", "ranks", "description")
@@ -302,7 +301,7 @@ class _Reader:
                 self._works[nm] = opt["work"]
             if opt["gpu_model"] is not None and not _is_store(src):
                 raise FormatError(self.file, f"{path}.gpu_model",
-                                  f"applies to results stores ({', '.join(STORE_SUFFIXES)}), not {src.name}")
+                                  f"applies to results stores (.sqlite, .db, .sqlite3), not {src.name}")
             self._specs[nm] = _ElementSpec(path, src, opt["element"], opt["kappa"], opt["gpu_model"], nm)
         return dict(self._specs)
 
@@ -572,7 +571,9 @@ class _Reader:
 
 
 def _is_store(p: Path) -> bool:
-    return p.suffix.lower() in STORE_SUFFIXES
+    from measure.store import is_store_path  # measure is heavy: imported when a source is read
+
+    return is_store_path(p)
 
 
 def _read_signature_json(file: str) -> tuple[dict[str, list[Signature]], dict[str, float]]:

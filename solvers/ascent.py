@@ -100,8 +100,8 @@ def flow_ascent_capped(p: Problem, rows: list[tuple[int, int]], duals: np.ndarra
     """:func:`flow_ascent` with ``opts.iters`` steps (its work budget), plus whether the
     ``seconds`` wall-clock safety net stopped it before them (then the bound depends on the
     machine's speed)."""
-    iters = opts.iters
     ix = p.index
+    iters = min(opts.iters, int(opts.max_task_steps / max(ix.n, 1)))
     mu = np.maximum(np.asarray(duals, dtype=float), 0.0)
     if not rows:
         return evaluate(mu)[0], mu, False

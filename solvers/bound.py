@@ -46,7 +46,7 @@ def switch_bound_capped(p: Problem, lp: HullLP, res: LPResult, deadline_s: float
     mu_sw = switch_lp_duals(p, lp.rows, deadline_s, opts.switch_lp_max_columns)
     if mu_sw is not None:
         cands.append(mu_sw)
-    else:
+    elif p.n_tasks <= opts.surrogate_max_tasks:
         mu = switch_surrogate_duals(p, lp, deadline_s, opts.surrogate_share)
         if mu is not None:
             cands += [mu, 0.5 * (mu + res.duals)]

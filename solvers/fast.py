@@ -63,7 +63,8 @@ def polish_budget(n_tasks: int, seconds: float | None = None,
     depends on the size alone (``options.budget``); ``seconds`` (a caller's ``time_limit_s``)
     replaces only the safety net (default :func:`safety_net_s`)."""
     options = options or SolveOptions()
-    work = min(options.budget.max_work, options.budget.work_per_task * n_tasks)
+    b = options.budget
+    work = min(b.max_work, b.work_per_task * n_tasks, b.work_task_product / max(n_tasks, 1))
     return work, (safety_net_s(n_tasks, options) if seconds is None else float(seconds))
 
 

@@ -164,7 +164,10 @@ def hold_start(p: Problem, choice, deadline_s: float, window: tuple[float, float
 
 def best_hold(p: Problem, choice, deadline_s: float,
               opts: HoldOptions = HoldOptions()) -> tuple[np.ndarray, tuple[float, float]] | None:
-    """The cheapest :func:`hold_start` over ``opts.windows``: (its choice, its window), or None."""
+    """The cheapest :func:`hold_start` over ``opts.windows``: (its choice, its window), or None
+    (always above ``opts.max_tasks`` tasks)."""
+    if p.n_tasks > opts.max_tasks:
+        return None
     found = [(h[0], h[1], w) for w in opts.windows
              if (h := hold_start(p, choice, deadline_s, w, opts)) is not None]
     if not found:

@@ -45,6 +45,11 @@ class BudgetOptions:
 
     work_per_task: float = 125.0
     max_work: float = 92_160.0
+    #: Past ``work_task_product`` / ``max_work`` tasks (2,048) the work shrinks as 1/tasks:
+    #: each unit then costs time ∝ tasks (every window re-evaluates the whole schedule), so
+    #: this keeps the search's time from growing with size. 32x128 (8,192 tasks, 1 ms
+    #: switches, 1.05x): 23,040 units, gap 0.9 % (92,160 units: 0.6 % in five times the time).
+    work_task_product: float = 188_743_680.0
     safety_net_s_per_task: float = 0.1
     safety_net_s_min: float = 60.0
     safety_net_s_max: float = 600.0
@@ -61,6 +66,9 @@ class AscentOptions:
     16x64 bound by 0.05 %."""
 
     iters: int = 150
+    #: Each step is O(tasks): at most ``max_task_steps`` / tasks steps (150 up to 2,048 tasks,
+    #: 37 on 8,192, where 150 took about 25 s for 0.05 % of bound).
+    max_task_steps: float = 307_200.0
     margin: float = 2e-3
     patience: int = 8
     passes: int = 40
@@ -78,6 +86,9 @@ class BoundOptions:
 
     switch_lp_max_columns: int = 20_000
     surrogate_share: float = 0.2
+    #: The surrogate LP only up to this many tasks (on 8,192 it is a second 6 s LP solve;
+    #: the ascent then starts from the hull LP's duals).
+    surrogate_max_tasks: int = 4096
     ascent: AscentOptions = AscentOptions()
 
 
@@ -125,6 +136,9 @@ class HoldOptions:
     16x64 at 1.05x and 1.2x: holds and re-plans save 0.13–0.15 % of energy, the re-plans
     alone 0.11–0.13 %."""
 
+    #: Holds and held re-plans only up to this many tasks: on 32x128 (8,192 tasks) they took
+    #: about 90 s of a 150 s search for 0.1 % of energy.
+    max_tasks: int = 4096
     share: float = 0.5
     replan_share: float = 0.5
     replan_window: tuple[float, float] = (0.2, 0.8)

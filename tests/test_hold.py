@@ -165,3 +165,11 @@ def test_replan_spends_nothing_when_the_held_lp_cannot_beat_the_plan(example):
     budget = Budget.of(2000, 30)
     assert replan_hold(p, base, D, REPLAN_WINDOW, budget, FIRST_SEARCH) is None
     assert budget.used == 0
+
+
+def test_no_hold_start_above_max_tasks(example):
+    """Holds are tried up to ``HoldOptions.max_tasks`` tasks only (costly at 8,192 tasks)."""
+    p, D, base = example
+    assert best_hold_start(p, base, D) is not None
+    assert best_hold_start(p, base, D, HoldOptions(max_tasks=p.n_tasks)) is not None
+    assert best_hold_start(p, base, D, HoldOptions(max_tasks=p.n_tasks - 1)) is None

@@ -1,0 +1,46 @@
+"""The fast method's effort past 2,048 tasks: work shrinks as 1/tasks and the ascent's steps
+likewise (solvers.options; holds above 4,096 tasks: tests/test_hold.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from solvers import SolveOptions
+from solvers.fast import polish_budget
+
+
+def test_work_budget_is_flat_to_2048_tasks_then_shrinks_as_one_over_tasks():
+    assert polish_budget(512)[0] == 64_000
+    assert polish_budget(2048)[0] == 92_160
+    assert polish_budget(4096)[0] == 46_080
+    assert polish_budget(8192)[0] == 23_040
+    # the rule is an option: a larger product keeps the cap
+    opts = SolveOptions()
+    big = replace(opts, budget=replace(opts.budget, work_task_product=1e12))
+    assert polish_budget(8192, options=big)[0] == 92_160
+
+
+def test_ascent_takes_at_most_max_task_steps_over_tasks_steps():
+    """Counted through the bound's evaluations: one per step, plus the last."""
+    from pathlib import Path
+
+    from solvers import ConstantTransition, load_perseus_profile
+    from solvers.ascent import flow_ascent_capped
+    from solvers.hull_lp import HullLP
+    from solvers.lagrangian import lagrangian_bound
+    from solvers.options import AscentOptions
+
+    csv = Path(__file__).resolve().parents[1] / "ecal" / "examples" / "pipeline_4x8.csv"
+    p = load_perseus_profile(csv, 75.0, 8, transitions=ConstantTransition(1e-3, 0.075))
+    D = p.deadline_s("1.2x")
+    lp = HullLP(p)
+    calls = []
+
+    def evaluate(mu):
+        calls.append(1)
+        return lagrangian_bound(p, lp, mu, D)
+
+    for opts, steps in ((AscentOptions(iters=12), 12), (AscentOptions(iters=12, max_task_steps=5 * p.n_tasks), 5)):
+        calls.clear()
+        flow_ascent_capped(p, lp.rows, lp.solve(D).duals, D, evaluate, opts)
+        assert len(calls) == steps + 1
