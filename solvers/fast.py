@@ -54,7 +54,16 @@ def safety_net_s(n_tasks: int, options: SolveOptions = SolveOptions()) -> float:
     """The default wall-clock safety net (s) of a fast solve of ``n_tasks`` tasks
     (``options.budget``)."""
     b = options.budget
-    return min(b.safety_net_s_max, max(b.safety_net_s_min, b.safety_net_s_per_task * n_tasks))
+    need = b.safety_net_s_per_unit * search_work(n_tasks, options) + b.safety_net_s_per_task * n_tasks
+    return min(b.safety_net_s_max, max(b.safety_net_s_min, need))
+
+
+def search_work(n_tasks: int, options: SolveOptions = SolveOptions()) -> float:
+    """Work units of the switch-cost search for ``n_tasks`` tasks (``options.budget``):
+    ``work_per_task`` each, at most ``max_work``, and past ``work_task_product`` / ``max_work``
+    tasks shrinking as 1/tasks."""
+    b = options.budget
+    return min(b.max_work, b.work_per_task * n_tasks, b.work_task_product / max(n_tasks, 1))
 
 
 def polish_budget(n_tasks: int, seconds: float | None = None,
@@ -63,8 +72,7 @@ def polish_budget(n_tasks: int, seconds: float | None = None,
     depends on the size alone (``options.budget``); ``seconds`` (a caller's ``time_limit_s``)
     replaces only the safety net (default :func:`safety_net_s`)."""
     options = options or SolveOptions()
-    b = options.budget
-    work = min(b.max_work, b.work_per_task * n_tasks, b.work_task_product / max(n_tasks, 1))
+    work = search_work(n_tasks, options)
     return work, (safety_net_s(n_tasks, options) if seconds is None else float(seconds))
 
 

@@ -39,9 +39,12 @@ class BudgetOptions:
     Work: ``work_per_task`` units per task, at most ``max_work``; it depends on the size
     alone. Measured at 1.05x: 4x8 spends its 8,000 units in about 1 s, 8x32 its 64,000 in
     6–7 s, 16x64 its 92,160 (plus the final stages, 1.1 times more) in about 16 s.
-    Safety net: ``safety_net_s_per_task`` s per task within [``safety_net_s_min``,
-    ``safety_net_s_max``], about 8 times what the work takes on a quiet machine, so that a
-    loaded one still ends every search on work."""
+    Safety net: ``safety_net_s_per_unit`` s per work unit plus ``safety_net_s_per_task`` s
+    per task (the LP solves and starts outside the work), within [``safety_net_s_min``,
+    ``safety_net_s_max``]: 5 to 16 times what a solve takes on a quiet 2-core machine (8x32
+    with 1 ms switches: 16 s of 261 s; 16x64: 30 s of 389 s; 32x128: 24 s of 174 s), so that a
+    loaded one still ends every search on work. (Per task alone, a 1,024-task problem, which
+    gets the full 92,160 units, had 2× headroom and fired under load.)"""
 
     work_per_task: float = 125.0
     max_work: float = 92_160.0
@@ -50,7 +53,8 @@ class BudgetOptions:
     #: this keeps the search's time from growing with size. 32x128 (8,192 tasks, 1 ms
     #: switches, 1.05x): 23,040 units, gap 0.9 % (92,160 units: 0.6 % in five times the time).
     work_task_product: float = 188_743_680.0
-    safety_net_s_per_task: float = 0.1
+    safety_net_s_per_unit: float = 0.004
+    safety_net_s_per_task: float = 0.01
     safety_net_s_min: float = 60.0
     safety_net_s_max: float = 600.0
 
