@@ -306,15 +306,16 @@ def solve_chain(p: Problem, deadline_s: float, order: list[int], opts: DpOptions
     tol = rel_tol * max(abs(ub), 1.0)
     exact = ub - lb <= tol
     labels = 0
+    suffixes = _suffixes(ca, lam, opts.multipliers) if not exact else None
     if not exact:
         # A beam search first tightens the incumbent, which shrinks the exact DP's band.
         got = _pareto_dp(ca, deadline_s, lam, ub, tol, min(max_labels, opts.incumbent_max_labels),
-                         bucket_s=opts.bucket_rel * deadline_s)
+                         bucket_s=opts.bucket_rel * deadline_s, suffixes=suffixes)
         if got is not None and got[1] < ub:
             ch, ub = got[0], got[1]
             exact = ub - lb <= tol
     if not exact:
-        got = _pareto_dp(ca, deadline_s, lam, ub, tol, max_labels)
+        got = _pareto_dp(ca, deadline_s, lam, ub, tol, max_labels, suffixes=suffixes)
         if got is not None:
             ch2, e2, labels = got
             if e2 < ub:
@@ -386,18 +387,23 @@ def _cross_state_prune(ca: ChainArrays, nxt: int, T, E, S, par):
     return T[keep], E[keep], S[keep], par[keep]
 
 
+def _suffixes(ca: ChainArrays, lam: float, factors: tuple[float, ...]):
+    """The multipliers λ·factor and, per multiplier, the suffix bounds h (:func:`_suffix`),
+    plus the fastest suffix: what both passes of :func:`_pareto_dp` prune with."""
+    lams = [lam * f for f in factors]
+    return lams, [_suffix(ca, x) for x in lams], _suffix(ca, None)
+
+
 def _pareto_dp(ca: ChainArrays, D: float, lam: float, ub: float, tol: float, max_labels: int,
-               beam: int | None = None, bucket_s: float | None = None):
+               beam: int | None = None, bucket_s: float | None = None, suffixes=None):
     """Bounded (time, energy) Pareto DP; None when the label cap is hit. With ``beam`` only the
     ``beam`` labels with the best completion bounds are kept per position, and with ``bucket_s``
     one label (the cheapest) per state and time bucket: heuristics that find a good incumbent
     fast (not exact)."""
     n = len(ca.t)
     # Several multipliers: each gives a valid completion bound; their max follows the convex
-    # envelope of the suffix's cost-vs-time curve much better than one λ.
-    lams = [lam * f for f in (0.6, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.25, 1.6)]
-    h_lams = [_suffix(ca, x) for x in lams]
-    h_time = _suffix(ca, None)
+    # envelope of the suffix's cost-vs-time curve better than one λ (DpOptions.multipliers).
+    lams, h_lams, h_time = suffixes if suffixes is not None else _suffixes(ca, lam, DpOptions().multipliers)
 
     def bound(i: int, tt: np.ndarray, ee: np.ndarray, states) -> np.ndarray:
         b = None

@@ -212,6 +212,10 @@ class DpOptions:
 
     max_labels: int = 40_000_000
     incumbent_max_labels: int = 1_000_000
+    #: The DP's completion bound is the max over these multiples of the Lagrangian's λ (any
+    #: set is valid). On the 10,000-task chain these 3 keep 1 % more labels than 9 spread over
+    #: 0.6–1.6 and take 23 s instead of 36 s.
+    multipliers: tuple[float, ...] = (0.95, 1.0, 1.05)
     bucket_rel: float = 1e-5
     max_wrap_runs: int = 256
 
