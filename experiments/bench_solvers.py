@@ -8,7 +8,7 @@ evaluated on the measured options of the knobs it assigns under our accounting
 (``ParetoCurve.plan_at``: a grid plan or one interpolated between two, rebuilt as a Plan) is
 compared with it.
 
-    python experiments/bench_solvers.py              # 4x8 both sides, 8x32 ours, 16x64, chain
+    python experiments/bench_solvers.py              # 4x8 both sides, 8x32 ours, 16x64, 32x128, chain
     python experiments/bench_solvers.py --lowtime-8x32   # adds lowtime on 8x32 (~6 min)
 
 Writes experiments/results/bench_solvers.{md,json}.
@@ -199,6 +199,13 @@ def main() -> None:
                          "energy_j": pl.energy_j, "switches": pl.n_switches,
                          "time_capped": pl.time_capped})
             print(rows[-1], flush=True)
+    # the largest pipeline: 32 x 128 1F1B, 8,192 tasks (bench_scaling.py: the sizes between)
+    p = load_perseus_profile(make_profile(32, tmp), P2P_W, 128, transitions=idle_priced_switch(tau))
+    pl = solve(p, "1.05x", method="fast")
+    rows.append({"case": f"32x128 switches {a.switch_ms:g} ms @1.05x", "method": pl.method,
+                 "wall_s": pl.wall_s, "points": 1, "max_gap_pct": 100 * pl.gap,
+                 "energy_j": pl.energy_j, "switches": pl.n_switches, "time_capped": pl.time_capped})
+    print(rows[-1], flush=True)
     cp = chain_problem(2000, tau, prof[4])
     assert chain_order(cp) is not None
     pl = solve(cp, "1.05x")
@@ -219,7 +226,9 @@ ours being the Plan `ParetoCurve.plan_at` gives a user there (`points_reported`:
 plans interpolated between them, each a Plan on demand; `plans_used`: the distinct ones that
 answered lowtime's deadlines; `grid_only_worse_at`: the count with grid plans alone);
 `max_gap_pct`: grid plans vs their LP/Lagrangian bound. Switch cases: constant switch latency, energy = idle power x latency.
-The chain DP row is exact only when its gap is 0."""
+The chain DP row is exact only when its gap is 0. Plan time against size (512 to 8,192
+tasks, and a 10,000-task chain): `python experiments/bench_scaling.py`, results/bench_scaling.md
+and its figure bench_scaling.png."""
 
 
 def write_results(rows: list[dict], out: Path, have_lt: bool) -> None:

@@ -216,7 +216,7 @@ def lagrangian(ca: ChainArrays, deadline_s: float, iters: int = 60):
         else:
             lo = mid
             infeasible = [ch]
-        if hi - lo <= 1e-12 * hi:
+        if hi - lo <= 1e-9 * hi:          # λ to 1e-9: the DP closes what is left
             break
     # Splice the cheap infeasible path with the feasible one at one or two cut points: the
     # Lagrangian paths differ in few places, so this closes most of the duality gap cheaply.
