@@ -493,9 +493,8 @@ pip install -e ".[bench]" && python experiments/bench_solvers.py --lowtime-8x32
 
 {short_bench()}
 
-All columns: [bench_solvers.md](experiments/results/bench_solvers.md); with the optional `.[highs]`
-extra: [bench_solvers_highs.md](experiments/results/bench_solvers_highs.md). Plan time against size,
-512 to 8,192 tasks: [bench_scaling.md](experiments/results/bench_scaling.md) ([figure](experiments/results/bench_scaling.png)).
+All columns: [bench_solvers.md](experiments/results/bench_solvers.md); with `.[highs]`: [bench_solvers_highs.md](experiments/results/bench_solvers_highs.md);
+time against size (512–8,192 tasks): [bench_scaling.md](experiments/results/bench_scaling.md), [figure](experiments/results/bench_scaling.png).
 
 ## Adaptive characterization
 
