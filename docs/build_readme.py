@@ -498,19 +498,19 @@ time against size (512–8,192 tasks): [bench_scaling.md](experiments/results/be
 
 ## Adaptive characterization
 
-`ecal characterize WORK --adaptive` measures only the points that can matter (target:
-{adaptive_target()}). Against the full grid, from
-`python experiments/adaptive_characterization.py` ("expected": both plans judged by the simulator's
-noise-free values; [figure](experiments/results/adaptive_characterization.png), [docs/adaptive.md](docs/adaptive.md)):
+`ecal characterize WORK --adaptive` measures only the points that can matter (target: {adaptive_target()}).
+Against the full grid (`python experiments/adaptive_characterization.py`), "expected" judges both plans by the
+simulator's noise-free values; the large measured gaps are the full grid's lucky runs ([docs/adaptive.md](docs/adaptive.md)):
 
 {short_adaptive()}
+
+![Adaptive vs full grid: measured points and frontiers](experiments/results/adaptive_characterization.png)
 
 ## More
 
 Using it: [cli](docs/cli.md), [demo](docs/demo.md), [loop](docs/loop.md), [api](docs/api.md), [characterize](docs/characterize.md),
 [workload](docs/workload.md), [steady state](docs/steady_state.md), [campaign](docs/campaign.md), [adaptive](docs/adaptive.md), [zeus](docs/zeus.md).
-What holds: [guarantees](docs/guarantees.md), [certificates](docs/certificates.md), [simulator](docs/simulator.md). How it
-works, the studies in `experiments/` and the solver's history: [studies](docs/studies.md).
+What holds: [guarantees](docs/guarantees.md), [certificates](docs/certificates.md), [simulator](docs/simulator.md). How it works: [solver](docs/solver.md), [studies](docs/studies.md).
 
 ## Cite
 
