@@ -553,7 +553,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         # the fast method may spend seconds improving a large plan: say so before going quiet
         how = ""
         if problem.index.has_transitions and args.method in ("auto", "fast"):
-            from solvers.relax import polish_budget
+            from solvers.fast import polish_budget
 
             work, net_s = polish_budget(problem.n_tasks, args.time_limit_s)
             how = f" (switch-cost search: {work:g} work units, safety net {net_s:g} s)"
@@ -586,9 +586,9 @@ def cmd_pareto(args: argparse.Namespace) -> int:
     """``ecal pareto WORKLOAD``: the energy-vs-deadline curve with a plan and gap per point;
     with ``--plan-at D``, the plan of the curve's least-energy point meeting D (from
     ``--curve FILE`` when given, without computing the curve again)."""
+    from solvers import pareto
     from solvers.feasibility import CertificateError
     from solvers.plan import ParetoCurve
-    from solvers.solve import pareto
 
     plan_at = getattr(args, "plan_at", None)
     curve_file = getattr(args, "curve", None)

@@ -486,7 +486,7 @@ def run_demo(cfg: DemoConfig = DemoConfig(), progress: Callable[[str], None] | N
     import measure
     from frontier.interaction import record_of
     from measure.execute import pipeline_work, run_plan, run_with_baselines
-    from solvers.solve import pareto, solve
+    from solvers import pareto, solve
 
     def say(msg: str) -> None:
         if progress:

@@ -384,8 +384,11 @@ def _parse_signatures(file: str, doc: Mapping, key: str = "signatures") -> dict[
     return out
 
 
-def save_signatures(path: str | os.PathLike, sigs: Mapping[str, Signature] | Iterable[Signature]) -> Path:
-    """Write signatures to a signature file (atomically). A mapping's keys are the names."""
+def save_signatures(path: str | os.PathLike, sigs: Mapping[str, Signature] | Iterable[Signature],
+                    extra: Mapping[str, Any] | None = None) -> Path:
+    """Write signatures to a signature file (atomically). A mapping's keys are the names.
+    ``extra``: more top-level blocks (readers of signature files ignore them), e.g. a store
+    export's ``store`` block."""
     if isinstance(sigs, Mapping):
         items = list(sigs.items())
     else:
@@ -399,6 +402,10 @@ def save_signatures(path: str | os.PathLike, sigs: Mapping[str, Signature] | Ite
         seen.add(k)
     doc = {"schema_version": SCHEMA_VERSION, "units": dict(UNITS),
            "signatures": {k: signature_to_dict(s) for k, s in items}}
+    for k, v in (extra or {}).items():
+        if k in doc:
+            raise ValueError(f"extra block {k!r} would replace the file's own")
+        doc[k] = v
     return write_json_atomic(path, doc)
 
 

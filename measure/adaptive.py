@@ -74,7 +74,6 @@ so one local kink does not make every point near it be measured.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import socket
@@ -94,7 +93,7 @@ from frontier.signature import Signature
 from .device import Device
 from .grid import Grid, parse_grid
 from .protocol import Protocol
-from .results_log import ResultsLog, ResultsMismatchError, point_key
+from .results_log import ResultsLog, ResultsMismatchError, header_form, point_key
 
 Criterion = Literal["TE", "Td", "Tsd"]
 CRITERIA = ("TE", "Td", "Tsd")
@@ -899,11 +898,6 @@ def characterize_adaptive(work: Any, device: Device, grid: str | Grid | Mapping 
                           rounds, device.time_s() - t0, meta, keys)
 
 
-def _json_form(o: Any) -> Any:
-    """``o`` as a results file's header stores it (through JSON)."""
-    return json.loads(json.dumps(o, default=str))
-
-
 def _open_journal(journal: str | os.PathLike | None, element: str, kappas: list[str | None],
                   g: Grid, proto: Protocol, device: Device, settings: Mapping[str, Any]
                   ) -> ResultsLog | None:
@@ -926,9 +920,9 @@ def _open_journal(journal: str | os.PathLike | None, element: str, kappas: list[
                 raise ResultsMismatchError(file, "adaptive", "absent (a full sweep's results "
                                            "file, not an adaptive journal)", "an adaptive run")
             for f in ("kappas", "grid"):
-                if was.get(f) != _json_form(header[f]):
+                if was.get(f) != header_form(header[f]):
                     raise ResultsMismatchError(file, f, was.get(f), header[f])
-            now = _json_form(header["adaptive"])
+            now = header_form(header["adaptive"])
             for f in sorted(set(was["adaptive"]) | set(now)):
                 if was["adaptive"].get(f) != now.get(f):
                     raise ResultsMismatchError(file, f"adaptive.{f}", was["adaptive"].get(f),

@@ -181,7 +181,7 @@ def _read_all(fd: int) -> bytes:
 
 def _header_record(header: Mapping[str, Any]) -> dict[str, Any]:
     return {"kind": "header", "format": RESULTS_FORMAT, "version": RESULTS_VERSION,
-            **_normalized(dict(header))}
+            **header_form(dict(header))}
 
 
 #: How every header this module writes begins, and how every record begins.
@@ -238,7 +238,9 @@ def _element_of(key: str) -> str | None:
     return k[0] if isinstance(k, list) and k and isinstance(k[0], str) and k[0] else None
 
 
-def _normalized(o: Any) -> Any:
+def header_form(o: Any) -> Any:
+    """``o`` as a results file's header stores it (through JSON; what JSON cannot hold, as
+    text): compare a value with a header read back in this form."""
     return json.loads(json.dumps(o, default=str))
 
 
@@ -396,7 +398,7 @@ class ResultsLog:
         if self.header is None:
             return
         file = str(self.path)
-        was, now = self.header, _normalized(dict(now))
+        was, now = self.header, header_form(dict(now))
         if "element" in was and was["element"] != now.get("element"):
             raise ResultsMismatchError(file, "element", was["element"], now.get("element"))
         dev_was, dev_now = was.get("device") or {}, now.get("device") or {}
@@ -405,7 +407,7 @@ class ResultsLog:
                 raise ResultsMismatchError(file, f"device.{f}", dev_was[f], dev_now.get(f))
         if "protocol" in was:
             p_was, p_now = was["protocol"] or {}, now.get("protocol") or {}
-            defaults = _normalized(dict(protocol_defaults))
+            defaults = header_form(dict(protocol_defaults))
             for f in sorted(set(p_was) | set(p_now)):
                 a, b = p_was.get(f, defaults.get(f)), p_now.get(f, defaults.get(f))
                 if a != b:

@@ -110,6 +110,12 @@ def _codec() -> tuple[Any, Any]:
     return signature_to_dict, signature_from_dict
 
 
+def _body(sig: Signature) -> str:
+    """A signature as the store keeps it: the lossless codec, canonical JSON."""
+    to_dict, _ = _codec()
+    return _canon(_json_safe(to_dict(sig)))
+
+
 def _json_safe(o: Any) -> Any:
     if isinstance(o, float):
         return o if o == o and abs(o) != float("inf") else None
@@ -305,8 +311,7 @@ class ResultsStore:
         again) is replaced by this newer measurement with ``replace`` (default), kept
         otherwise. Runs in the caller's transaction when one is open, else in its own."""
         k = key_of(sig, gpu_model, uuid, driver, protocol, host)
-        to_dict, _ = _codec()
-        body = _canon(_json_safe(to_dict(sig)))
+        body = _body(sig)
         verb = "INSERT OR REPLACE" if replace else "INSERT OR IGNORE"
         sql = (f"{verb} INTO signatures (element, kappa, theta, omega, gpu_model, uuid, driver, "
                "protocol, host, time_s, energy_j, signature, campaign, unit, stored_at_s) "
@@ -370,13 +375,12 @@ class ResultsStore:
                                   protocol=protocol, host=host, campaign=campaign, unit=unit,
                                   replace=replace)
         k = key_of(sig, gpu_model, uuid, driver, protocol, host)
-        to_dict, _ = _codec()
         row = self._db.execute(
             "SELECT signature FROM signatures WHERE element = ? AND kappa = ? AND theta = ? AND "
             "omega = ? AND gpu_model = ? AND uuid = ? AND driver = ? AND protocol = ? AND host = ?",
             k.as_tuple()).fetchone()
         if row is not None:
-            if row[0] == _canon(_json_safe(to_dict(sig))):
+            if row[0] == _body(sig):
                 return "present"
             if not replace:
                 return "kept"
@@ -525,8 +529,7 @@ def export_signature_file(store: ResultsStore, path: str | os.PathLike, *,
     atomically. A top-level ``store`` block (``format`` :data:`EXPORT_FORMAT`; readers of
     signature files ignore it) records each signature's store key and campaign unit, so
     :func:`read_points` restores the very rows. Returns how many were written."""
-    from frontier.io import SCHEMA_VERSION, UNITS, write_json_atomic
-    from frontier.pareto import signature_to_dict
+    from frontier.io import save_signatures
 
     rows = store.rows(element=element, gpu_model=gpu_model, uuid=uuid, host=host)
     keyed: dict[str, StoredSignature] = {}
@@ -543,10 +546,8 @@ def export_signature_file(store: ResultsStore, path: str | os.PathLike, *,
         keyed[k] = r
     keys = {k: {**dict(zip(KEY_FIELDS, r.key.as_tuple())), "campaign": r.campaign, "unit": r.unit}
             for k, r in keyed.items()}
-    write_json_atomic(path, {"schema_version": SCHEMA_VERSION, "units": dict(UNITS),
-                             "signatures": {k: signature_to_dict(r.signature)
-                                            for k, r in keyed.items()},
-                             "store": {"format": EXPORT_FORMAT, "version": 1, "keys": keys}})
+    save_signatures(path, {k: r.signature for k, r in keyed.items()},
+                    extra={"store": {"format": EXPORT_FORMAT, "version": 1, "keys": keys}})
     return len(keyed)
 
 
@@ -559,15 +560,21 @@ def import_results_log(store: ResultsStore, path: str | os.PathLike, *,
     log = ResultsLog(path)
     if log.header is None:
         raise FormatError(str(path), "header", "missing: not a results file with points")
-    h = log.header
-    dev = h.get("device") or {}
+    fields = _results_log_fields(log.header)
+    if gpu_model:
+        fields["gpu_model"] = gpu_model
     with store.transaction():
         for point, sig in log.points.items():
             # the point's key (its κ label) is kept as the row's unit, for a faithful export
-            store.add(sig, gpu_model=gpu_model or dev.get("gpu_model") or dev.get("device"),
-                      uuid=dev.get("uuid"), driver=dev.get("driver"),
-                      protocol=h.get("protocol"), host=h.get("host"), unit=point)
+            store.add(sig, unit=point, **fields)
     return len(log.points)
+
+
+def _results_log_fields(header: Mapping[str, Any]) -> dict[str, Any]:
+    """The store key fields a results file's header records for all its points."""
+    dev = header.get("device") or {}
+    return {"gpu_model": dev.get("gpu_model") or dev.get("device"), "uuid": dev.get("uuid"),
+            "driver": dev.get("driver"), "protocol": header.get("protocol"), "host": header.get("host")}
 
 
 def export_results_log(store: ResultsStore, path: str | os.PathLike, element: str, *,
@@ -680,11 +687,7 @@ def _results_log_points(p: str) -> PointsRead:
     log = ResultsLog(p)
     if log.header is None:
         raise FormatError(p, "header", "missing: not a results file with points")
-    h = log.header
-    dev = h.get("device") or {}
-    # the same key fields import_results_log takes, so both paths store a point alike
-    fields = {"gpu_model": dev.get("gpu_model") or dev.get("device"), "uuid": dev.get("uuid"),
-              "driver": dev.get("driver"), "protocol": h.get("protocol"), "host": h.get("host")}
+    fields = _results_log_fields(log.header)      # as import_results_log stores them
     pts = tuple(FilePoint(sig, fields, None, key, f"point {key}") for key, sig in log.points.items())
     warn = ("its last line is cut short (a sweep killed while writing it): left out, the complete "
             "points are read",) if log.dropped_partial_line else ()

@@ -93,6 +93,9 @@ def pareto(problem: Problem, deadlines: Sequence[float | str] | None = None, n_p
     solved: dict[float, tuple[object, float]] = {}
 
     def fast_at(D: float):
+        """(the fast result at D, its wall time in s), solved once per deadline."""
+        if D in solved:
+            return solved[D]
         t1 = time.perf_counter()
         # With switch costs the whole curve gets one single plan's search (work), shared by its
         # points, and one search per point (no portfolio: that would double the curve's time).
@@ -103,7 +106,7 @@ def pareto(problem: Problem, deadlines: Sequence[float | str] | None = None, n_p
         if below:
             fr = _reuse_previous(problem, solved[max(below)][0], fr, D)
         solved[D] = (fr, time.perf_counter() - t1)
-        return fr
+        return solved[D]
 
     plans: list[Plan] = []
     fast_res = []
@@ -111,7 +114,7 @@ def pareto(problem: Problem, deadlines: Sequence[float | str] | None = None, n_p
         try:
             m_d = pick(D)
             if m_d == "fast":
-                fr, w = solved[D] if D in solved else (fast_at(D), solved[D][1])
+                fr, w = fast_at(D)
                 fast_res.append((D, fr))
                 pl = make_plan(problem, fr.choice, D, method="fast", lower_bound_j=fr.lower_bound_j,
                                wall_s=w, proven=bound_proves(fr.lower_bound_j, fr.energy_j),

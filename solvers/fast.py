@@ -54,11 +54,11 @@ def safety_net_s(n_tasks: int, options: SolveOptions = SolveOptions()) -> float:
     """The default wall-clock safety net (s) of a fast solve of ``n_tasks`` tasks
     (``options.budget``)."""
     b = options.budget
-    need = b.safety_net_s_per_unit * search_work(n_tasks, options) + b.safety_net_s_per_task * n_tasks
+    need = b.safety_net_s_per_unit * _work_units(n_tasks, options) + b.safety_net_s_per_task * n_tasks
     return min(b.safety_net_s_max, max(b.safety_net_s_min, need))
 
 
-def search_work(n_tasks: int, options: SolveOptions = SolveOptions()) -> float:
+def _work_units(n_tasks: int, options: SolveOptions) -> float:
     """Work units of the switch-cost search for ``n_tasks`` tasks (``options.budget``):
     ``work_per_task`` each, at most ``max_work``, and past ``work_task_product`` / ``max_work``
     tasks shrinking as 1/tasks."""
@@ -72,7 +72,7 @@ def polish_budget(n_tasks: int, seconds: float | None = None,
     depends on the size alone (``options.budget``); ``seconds`` (a caller's ``time_limit_s``)
     replaces only the safety net (default :func:`safety_net_s`)."""
     options = options or SolveOptions()
-    work = search_work(n_tasks, options)
+    work = _work_units(n_tasks, options)
     return work, (safety_net_s(n_tasks, options) if seconds is None else float(seconds))
 
 
@@ -112,11 +112,11 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
     work, net = polish_budget(ix.n, time_limit_s, options)
     if search_work is not None:
         work = float(search_work)
-    if not ix.has_transitions:
-        work = 0.0
     horizons = [res.makespan_s, deadline_s]
     if not ix.has_transitions:
-        plans = [c for c in (repaired(p, round_lp(p, res.time_s), deadline_s, horizons),) if c is not None]
+        work = 0.0
+        ch = repaired(p, round_lp(p, res.time_s), deadline_s, horizons)
+        plans = [] if ch is None else [ch]
     else:
         plans = switch_starts(p, fl, res, deadline_s, horizons)
     if not plans:

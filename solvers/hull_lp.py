@@ -10,7 +10,6 @@ LP once per problem and re-solves it for each deadline (warm, when ``highspy`` i
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,7 +48,6 @@ class LPResult:
     makespan_s: float
     duals: np.ndarray          # μ ≥ 0 per row of the precedence block (see HullLP.rows)
     slope_j_per_s: float = 0.0  # d bound / d deadline (≤ 0): the LP value is convex in D
-    deadline_s: float = math.nan  # the deadline it was solved at
 
 
 class HullLP:
@@ -188,7 +186,7 @@ class HullLP:
                 duals = -np.asarray(sol.row_dual)
                 slope = float(np.asarray(sol.col_dual)[n])
                 return LPResult(float(h.getInfo().objective_function_value) + const, self._times(x),
-                                float(x[n]), np.maximum(duals, 0.0), min(slope, 0.0), float(deadline_s))
+                                float(x[n]), np.maximum(duals, 0.0), min(slope, 0.0))
             self._h = None                      # fall back to a cold linprog solve
         res = self.linprog(deadline_s)
         if res.status != 0:
@@ -197,4 +195,4 @@ class HullLP:
         duals = -np.asarray(res.ineqlin.marginals)
         slope = float(np.asarray(res.upper.marginals)[n])
         return LPResult(float(res.fun) + const, self._times(x), float(x[n]), np.maximum(duals, 0.0),
-                        min(slope, 0.0), float(deadline_s))
+                        min(slope, 0.0))

@@ -1,4 +1,4 @@
-"""Entry points: :func:`solve` (one deadline) and :func:`pareto` (the energy-vs-deadline curve).
+"""Entry point: :func:`solve` (one deadline); curves are :func:`solvers.curve.pareto`.
 
 ``method="auto"`` picks by structure and size:
 
@@ -13,7 +13,7 @@
 Every plan states its method, its lower bound (as the method computed it) and gap, its wall
 time, and whether a wall-clock safety net fired (``time_capped``); all search is budgeted by
 work, so without that flag the plan depends on the input and the options alone. Curves:
-:func:`solvers.curve.pareto` (also importable from here).
+:func:`solvers.curve.pareto`.
 """
 
 from __future__ import annotations
@@ -129,13 +129,3 @@ def solve(problem: Problem, deadline: float | str, method: str = "auto",
                      wall_s=time.perf_counter() - t0, proven=proven,
                      status=None if proven else ("time_limit" if capped else "feasible"),
                      meta={"milp_status": r.status}, time_capped=capped)
-
-
-def __getattr__(name: str):
-    """``pareto`` and ``free_makespan_s`` moved to :mod:`solvers.curve`; still importable
-    from here (``from solvers.solve import pareto``)."""
-    if name in ("pareto", "free_makespan_s"):
-        from . import curve
-
-        return getattr(curve, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

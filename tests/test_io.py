@@ -224,3 +224,16 @@ def test_atomic_write_gives_usual_permissions(tmp_path):
 
     p = write_json_atomic(tmp_path / "m.json", {})
     assert p.stat().st_mode & 0o777 == file_mode()
+
+
+def test_save_signatures_extra_blocks_are_kept_and_never_replace_the_files_own(tmp_path):
+    from frontier.io import load_signatures, save_signatures
+
+    s = Signature("g", s_w=100.0, time_s=2.0, d_j=50.0)
+    p = save_signatures(tmp_path / "x.json", [s], extra={"store": {"format": "f", "keys": {}}})
+    doc = json.loads(Path(p).read_text())
+    assert doc["store"] == {"format": "f", "keys": {}}
+    assert load_signatures(p)["g"].energy_j == s.energy_j
+    with pytest.raises(ValueError, match="signatures"):
+        save_signatures(tmp_path / "y.json", [s], extra={"signatures": {}})
+    assert not (tmp_path / "y.json").exists()
