@@ -30,7 +30,9 @@ def corun_table() -> str:
     rows = _table_rows(corun_md.read_text())[2:] if corun_md.exists() else []
     out = ["| composite | real: measured vs prediction, T / E | simulated H200, T / E | direction, size agree (T / E) |",
            "|---|---|---|---|"]
-    out += [f"| {r[0]} | {r[5]} % | {r[6]} % | {r[7]}; {r[8]} |" for r in rows]
+    # the composites table only (the file's later tables, e.g. split co-runs, have other columns)
+    out += [f"| {r[0]} | {r[5]} % | {r[6]} % | {r[7]}; {r[8]} |" for r in rows
+            if len(r) >= 9 and r[0].startswith(("par_", "seq_"))]
     return "\n".join(out)
 
 
@@ -253,15 +255,15 @@ def demo_excerpt(text: str) -> str:
 
 def route_plan_excerpt(text: str) -> str:
     """The plan's headline: what it is, deadline, makespan, energy, switches, bound."""
-    return excerpt(text, lambda ln: ln.startswith(("plan for", "  deadline", "  makespan", "  energy",
-                                                    "  switches", "  bound")))
+    return excerpt(text, lambda ln: ln.startswith(("plan for", "  deadline", "  solved at",
+                                                    "  makespan", "  energy", "  switches")))
 
 
 def route_run_excerpt(text: str) -> str:
     """``ecal run``'s step rows (with their column header) and savings: no per-device rows."""
     def keep(ln: str) -> bool:
         step_row = ln.startswith("  step ") and not ln.startswith("  step dE")
-        return step_row or ln.startswith(("plan:", "baseline ", "savings", "  vs ")) \
+        return step_row or ln.startswith(("plan:", "baseline ", "savings", "  vs ", "result: ")) \
             or ln.lstrip().startswith("T pred ms")
     return excerpt(text, keep)
 
@@ -409,8 +411,8 @@ a factory builds model and batch outside every timed window and returns the step
 
 {ROUTE_WORKLOAD}
 
-**3. Plan, run, measure** against every task at the top clock (bundled example, simulated). The
-measurement is authoritative: flagged means an assumption (here switch time, bubble power) was wrong.
+**3. Plan, run, measure** against every task at the top clock (bundled example, simulated). The measurement
+is authoritative: here the assumed 2 ms switches and bubble power were wrong, and the step ran 0.6 % late.
 
 ```text
 $ ecal plan ecal/examples/workload_1f1b.json --deadline 1.05x -o plan.json --schedule schedule.json
@@ -437,10 +439,11 @@ $ ecal run plan.json --workload ecal/examples/workload_1f1b.json
 | `ecal campaign FILE` | many elements over many GPUs (local or `--ray`) into one SQLite store |
 | `ecal store import/export/list STORE` | that store: import and export signature files and results logs |
 | `ecal import KIND` / `ecal export zeus-pfo` | `h200`, `nv-dvfs`, `zeus-monitor`, `zeus-plo`, `perseus`, … / to Zeus |
-| `ecal demo` / `ecal restore` | the closed loop on the simulator / put back GPU settings a killed run left |
+| `ecal transitions WORKLOAD` | measure the switch costs a workload's plan will pay |
+| `ecal demo` / `ecal selftest` / `ecal restore` | the closed loop on the simulator / check your GPU first / put back GPU settings |
 
 WORKLOAD: a workload file, a Perseus profile CSV or a problem JSON; `--json` for scripts. Exit
-codes: `0` ok, `1` flagged, `2` bad input, `3` your work raised, `130` interrupted. In full: [docs/cli.md](docs/cli.md).
+codes: `0` ok, `1` flagged or deadline missed, `2` bad input, `3` your work raised, `130` interrupted. In full: [docs/cli.md](docs/cli.md).
 
 ## Python API
 
@@ -468,18 +471,16 @@ Independent libraries `frontier` (algebra), `solvers` (planning), `measure` (dev
 
 ## Guarantees and limits
 
-- **The GPU is put back** on exit, error or signal; after a kill, the next run or
-  `sudo ecal restore` restores it from a journal written before each change.
-- **Nothing measured is lost or mixed**: points are appended as measured; a resume on another
-  device, driver, host or protocol is refused.
-- **Plans are honest** ([docs/certificates.md](docs/certificates.md)): every plan meets its
-  deadline; its bound is its own; `optimal` only when proven; same input, same plan, any load.
-- **σ is the algebra's**: a signature used k times adds k²·var.
-- **Limits**: developed on the simulator and a strict fake of NVML, not yet on a real GPU; the
-  simulator is calibrated to a real H200's elements and co-runs ([docs/simulator.md](docs/simulator.md)),
-  not to long-run thermals. Multi-GPU plans run through your launcher and `PlanApplier`. Energy
-  counters resolve about 1 %. Plan with a margin and check with `ecal run`. In full:
-  [docs/guarantees.md](docs/guarantees.md).
+- **The GPU is put back** on exit, error or signal, also on a full disk; after a kill, the next
+  run or `sudo ecal restore` restores it from a journal written before each change.
+- **Nothing measured is lost or mixed**: points appended as measured; a resume on another device,
+  driver, seed or protocol is refused. **Shared nodes**: 0700 state; planted files refused.
+- **Deadlines**: makespan + z·σ_T ≤ deadline at `--confidence` (0.95), P(met) stated; `ecal run`
+  says `met` / `MISSED by X ms`, exit 1 on a miss (σ_T excludes thermal drift: see limits).
+- **Plans are honest** ([docs/certificates.md](docs/certificates.md)): the bound is its own;
+  `optimal` only when proven; switches never free by accident; σ: k uses add k²·var.
+- **Limits**: not yet run on a real GPU ([simulator](docs/simulator.md)); simulated 1.05x plans still often end
+  0.1–0.6 % late (thermal context); counters resolve ~1 %. In full: [docs/guarantees.md](docs/guarantees.md).
 
 ## Benchmark
 
@@ -508,8 +509,8 @@ simulator's noise-free values; the large measured gaps are the full grid's lucky
 
 ## More
 
-Using it: [cli](docs/cli.md), [demo](docs/demo.md), [loop](docs/loop.md), [api](docs/api.md), [characterize](docs/characterize.md),
-[workload](docs/workload.md), [steady state](docs/steady_state.md), [campaign](docs/campaign.md), [adaptive](docs/adaptive.md), [zeus](docs/zeus.md).
+Using it: [cli](docs/cli.md), [demo](docs/demo.md), [loop](docs/loop.md), [api](docs/api.md), [characterize](docs/characterize.md), [workload](docs/workload.md),
+[steady state](docs/steady_state.md), [campaign](docs/campaign.md), [adaptive](docs/adaptive.md), [zeus](docs/zeus.md), [selftest](docs/selftest.md).
 What holds: [guarantees](docs/guarantees.md), [certificates](docs/certificates.md), [simulator](docs/simulator.md). How it works: [solver](docs/solver.md), [studies](docs/studies.md).
 
 ## Cite
@@ -574,9 +575,14 @@ per operating point (43 % less device time for 4 elements, `experiments/bench_re
 
 **2. Describe the step** in a workload file ([workload.md](workload.md)): the elements, where their
 signatures are, the shape — 1F1B, GPipe, interleaved 1F1B, a chain or a DAG —, idle power
-and switch costs (`measure.measure_transitions` measures them; unmeasured pairs come from a
-fitted rule, never free). A step that repeats pays the switch from its last task back to its
-first (`steady_state`, the default for pipelines; [steady_state.md](steady_state.md)).
+and switch costs. Switches are never free by accident: a workload without `transitions` is
+refused with one line naming the ways to give them. `ecal transitions workload.json --device
+nvml:0 -o transitions.json` measures every switch between the operating points your
+signatures use and fits a rule for the rest (`"transitions": {{"file": "transitions.json"}}`);
+a constant you know also does; `"transitions": "free"` plans them free and every plan prints
+that as an assumption ([workload.md](workload.md)). A step that repeats pays the switch from
+its last task back to its first (`steady_state`, the default for pipelines;
+[steady_state.md](steady_state.md)).
 
 {ROUTE_WORKLOAD}
 
@@ -592,9 +598,27 @@ $ ecal run plan.json --workload ecal/examples/workload_1f1b.json
 {o("route_run")}
 ```
 
-The measurement is authoritative: here the example's assumed 2 ms switch and 122 W bubbles
-are wrong (the switches took longer, the bubbles drew less), and `ecal run` says so. Measure
-them (`measure.measure_transitions`, the ready power in the characterization) and plan again.
+**The deadline, at a confidence.** The plan keeps the deadline at `--confidence P` (default
+0.95): its predicted makespan plus z_P·σ_T meets the deadline, σ_T being the plan's
+propagated σ of the makespan. When the least-energy plan at the deadline does not, it is
+planned again at the deadline less z·σ_T (`solved at`; the method's bound, gap and `optimal`
+are for that deadline). Every plan states P(makespan ≤ deadline) from its σ, in its summary
+and its file (`p_meets_deadline`). Here: 3.9 J (0.14 %) more than the plan at the deadline
+itself, 3.4 ms earlier, P 0.99 instead of 0.54.
+
+**What happened, and the exit status.** `ecal run` says `deadline met` or `deadline MISSED by
+X ms (Y %)` for the measured step against the deadline the plan keeps, how many measured
+steps ran over, and ends with one `result:` line; it exits 1 when the deadline was missed or
+an Eq. 23 test of the plan flagged, 0 otherwise (a baseline's own flags are noted, not
+counted). The measurement is authoritative: here the example's assumed 2 ms switch and
+122 W bubbles are wrong (the switches took 68.4 ms a step against 30.0 ms planned, the
+bubbles drew less), and the step misses. With the switches measured
+(`ecal/examples/transitions_sim_h200.json`, what `ecal transitions` gives on the simulator)
+they cost what was planned (66.0 ms against 66.0 ms), and on seeds 0–4 the step met the
+deadline twice and missed by +0.10 to +0.33 % three times: the tasks at clocks near the
+power cap (1680–1830 MHz) run up to 0.8 ms slower each than characterized, depending on the
+die's state when they start (the entry context), which σ_T does not cover
+([workload.md](workload.md#a-deadline-kept-at-a-confidence)).
 
 **4. Apply it in your loop.** `schedule.json` lists each rank's tasks
 (`s{{stage}}/{{forward|backward}}/{{microbatch}}`) with their clocks. The hook syncs before a
@@ -622,8 +646,12 @@ def guarantees_page_md() -> str:
   restored on exit, error, Ctrl-C, SIGTERM, SIGHUP, SIGQUIT; after SIGKILL or a crash the next
   run or `sudo ecal restore` restores it from the journal. One process per GPU.
 - **Nothing measured is lost or mixed.** Points are appended as measured; a resume that
-  differs in device, driver, host, seed or protocol is refused; on the simulator an
-  interrupted and resumed sweep equals an uninterrupted one bit for bit.
+  differs in element, device (name, UUID), driver, seed or protocol is refused. The host is
+  recorded but not checked, on purpose: the GPU's UUID identifies the card wherever it is
+  plugged in, and a simulator's results do not depend on the host. A results log holds one
+  measurement: a second header (two logs joined) or a point of another element is refused
+  with its line number, on resume and by `ecal store import`, and the file is left as it is.
+  On the simulator an interrupted and resumed sweep equals an uninterrupted one bit for bit.
 - **Plans are honest** ([certificates.md](certificates.md)): every plan meets its deadline (one predicate);
   its bound is the method's own, never clamped; `optimal` only when proven; the same input
   gives the same plan under any load (work budgets; a wall-clock net says `time_capped`).
@@ -661,8 +689,41 @@ def guarantees_page_md() -> str:
 - A results file resumes where the run stopped: `ecal characterize … --results r.jsonl`
   again. A torn last line is dropped and that point measured again; a file that is not an
   energy-calculus results file is refused (exit 2) and left unchanged. `r.jsonl.lock` beside
-  the real file is only a rendezvous and may stay; a second writer through any name of the
-  file (a symlink, a hard link) is refused with the holder's PID.
+  the real file is the writer's rendezvous, removed when it finishes; a second writer through
+  any name of the file (a symlink, a hard link) is refused with the holder's PID.
+
+## Shared machines
+
+The tool may run as root on nodes where other users write `/tmp` and shared folders, and
+where disks fill up.
+
+- **Where state lives.** Device journals and GPU locks are in `$ECAL_STATE_DIR`, else
+  `~/.cache/energy-calculus`: created with mode 0700 whatever the umask, and used only while
+  it is a real folder owned by the caller and not writable by group or others (otherwise one
+  line says what to do: `chmod 700`, `chown`, or another `ECAL_STATE_DIR`). Nothing is
+  imported or run from it.
+- **What is refused, and left untouched** (one line, exit 2):
+  - a symlink another user owns anywhere on an output path (`-o`, `--results`, a store), or
+    a symlink into a file another user owns; your own links are followed as before;
+  - a lock file, journal or journal temp file that is a symlink, not a regular file, or holds
+    content that is not ours (`data.jsonl.lock` with your notes in it stays as it is);
+  - a journal written by a user other than root or the caller, or with values outside the
+    device's own range: `ecal restore` does not apply it;
+  - a results log with two headers (logs joined with `cat`) or a point of another element;
+  - a number that is not finite in any field of a point entering a store, derived ones
+    included (E = s·T + d overflowing): the whole import is refused. A stored row that
+    cannot be read (an older store, a damaged row) is skipped with an `ecal: warning:` line
+    naming it; the other points are still read.
+- **When a disk fills.** The GPU comes back first: restoring the card never waits on the
+  journal, which is updated afterwards, best effort (a failure is reported with its path).
+  Before the first change a journal that cannot be written refuses the change, so nothing is
+  changed. Results logs keep every complete point (a record cut off by the full disk is
+  removed again, or dropped on resume) and a store keeps every committed transaction; the
+  error is one line naming the file (`r.jsonl: No space left on device`,
+  `runs.sqlite: ... database or disk is full`). Free space, then run `ecal restore` if a
+  journal was left, and rerun the same command: it resumes.
+- **A damaged store** (`database disk image is malformed`) is one line naming it, exit 2, in
+  `ecal store`, `ecal frontier` and `ecal campaign`: restore it from a copy.
 
 ## Tests
 
@@ -708,17 +769,22 @@ the bundled examples).
 | `ecal check --pairs WORKLOAD` | context-insensitivity tests: which pairs must be characterized jointly |
 | `ecal plan WORKLOAD --deadline 1.05x` | least-energy operating point per task with switch costs, a raw bound and gap |
 | `ecal pareto WORKLOAD` | the energy-vs-deadline curve |
-| `ecal run PLAN` | execute a plan, measure it, Eq. 23 per device and step, measured savings |
+| `ecal run PLAN` | execute a plan, measure it: deadline met or MISSED, Eq. 23 per device and step, measured savings |
+| `ecal transitions WORKLOAD` | measure what switching clocks or power limits costs, for the workload's `transitions` |
 | `ecal campaign FILE` | many elements over many GPUs (local or `--ray`), into one SQLite store ([campaign.md](campaign.md)) |
 | `ecal store import/export/list STORE` | that store: import signature files and results logs (keyed, idempotent, all or nothing), export them, list what it holds ([campaign.md](campaign.md)) |
 | `ecal import KIND` / `ecal export zeus-pfo` | `h200`, `nv-dvfs`, `zeus-monitor`, `zeus-plo`, `perseus`, … / to Zeus |
-| `ecal demo` / `ecal restore` | the closed loop on the simulator / put back GPU settings a killed run left |
+| `ecal transitions WORKLOAD` | measure the switch costs a workload's plan will pay |
+| `ecal demo` / `ecal selftest` / `ecal restore` | the closed loop on the simulator / check your GPU first / put back GPU settings |
 
 A WORKLOAD is a workload file, a Perseus profile CSV or a problem JSON. Each command's output
 is another's input; `--json` for scripts; examples in `--help`. Exit codes: `0` ok; `1`
-`check` flagged; `2` bad input (one line naming file and field; no output written or
-changed); `3` your own work raised (GPU restored, measured points kept); `130` interrupted
-(GPU restored; outputs all written or none).
+flagged: `check` found a composite (or `--pairs` a pair) that deviates, or `run` measured a
+plan that missed its deadline or that an Eq. 23 test of the plan flagged (the run completed,
+`-o` written; a baseline's own flag is a note, not the plan's); `2` bad input (one line
+naming file and field; no output written or changed; an infeasible deadline, a workload
+without `transitions`); `3` your own work raised (GPU restored, measured points kept); `130`
+interrupted (GPU restored; outputs all written or none).
 
 ## Compose and check
 
@@ -766,7 +832,7 @@ output of the simulated device says SIMULATED.
 
 `ecal/examples/pipeline_4x8.csv` is a Perseus-format profile (`stage,instruction,frequency,
 time,energy`; 60 SM clocks, imbalanced stages, made by Perseus's profile generator);
-`--p2p-power-w` is the power of a GPU blocked on communication (default 75 W).
+`--idle-power-w` (older name `--p2p-power-w`) is the power of a GPU blocked on communication (default 75 W).
 
 ```text
 $ ecal plan ecal/examples/pipeline_4x8.csv --deadline 1.05x --transition-time-s 0.001 -o plan.json --plot plan.png --schedule schedule.json
@@ -886,8 +952,8 @@ rising with clock, voltage and temperature, dynamic power ∝ C·V²·f × activ
 enforced by lowering the clock, a thermal RC state, a 100 ms counter with noise — calibrated
 so its default operating point reproduces the measured H200 elements within their spread.
 Its co-run model (streams without green contexts take turns, one board clock fits the shared
-cap, HBM bandwidth is shared, one fitted L2-interference term) reproduces the real H200's
-parallel composites: GEMM ∥ copy +91 % T / +10 % E against +94 % / +11 % measured, GEMM ∥
+cap, HBM bandwidth is shared, fitted L2 and memory-pressure terms that also slow disjoint
+green-context partitions) reproduces the two real H200 parallel composites it was fitted or checked on: GEMM ∥ copy +91 % T / +10 % E against +94 % / +11 % measured, GEMM ∥
 axpy +74 % T against +74 %; where it still disagrees (GEMM ⊗ copy: the real cap averages
 power across kernels) is listed below and in `docs/simulator.md`
 (`python experiments/sim_corun_calibration.py`):

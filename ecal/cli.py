@@ -4,7 +4,9 @@ Exit codes scripts can rely on:
   0  success; every output file was written (a reader that stops early, e.g. ``| head -1``,
      changes neither the files nor the status)
   1  ``ecal check`` found a composite whose measurement deviates from its prediction (Eq. 23),
-     or ``ecal check --pairs`` found a pair that must be characterized jointly
+     or ``ecal check --pairs`` found a pair that must be characterized jointly, or ``ecal
+     run`` measured a plan that missed its deadline or that an Eq. 23 test of the plan
+     flagged (the run completed and ``-o`` was written)
   2  bad input: unreadable or malformed file, bad or non-finite option value, unwritable output
      path, infeasible deadline, missing permission or device — a one-line error on stderr
      (argparse's own usage errors add a usage line); no output file is written and no earlier
@@ -58,8 +60,37 @@ def _add_json(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Epilogs as written, and every option's default in its help: ``(default: X)`` is added
+    where the help text does not already say it and there is a value to state."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if ("default" in text.lower() or default is None or default is False
+                or default is argparse.SUPPRESS or action.option_strings == []
+                or isinstance(action, (argparse._HelpAction, argparse._VersionAction))):
+            return action.help
+        return f"{text} (default: %(default)s)" if text else "default: %(default)s"
+
+
+def _state_defaults(parser: argparse.ArgumentParser) -> None:
+    """Give ``parser`` and every subcommand under it the :class:`HelpFormatter`."""
+    parser.formatter_class = HelpFormatter
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _state_defaults(sub)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests and docs)."""
+    ap = _build_parser()
+    _state_defaults(ap)
+    return ap
+
+
+def _build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="ecal",
         description="Measure, compose and plan GPU time-energy frontiers with propagated uncertainty.",
@@ -141,7 +172,8 @@ several works: ready power is calibrated once per operating point and shared; -o
                                                    "exit status 1 when any composite is flagged "
                                                    "(--pairs: when any pair must be characterized jointly)")
     p.add_argument("file", help="workbook with measured composites (with --pairs: a pair workload)")
-    p.add_argument("--alpha", type=float, default=0.05)
+    p.add_argument("--alpha", type=float, default=0.05,
+                   help="significance level of the Eq. 23 test (two-sided; c_α = z_{1-α/2})")
     p.add_argument("--bias-aware", action="store_true", help="accept the Eq. 13 bias bound as tolerance")
     from .cmd_pairs import add_pairs_arguments
 
@@ -187,15 +219,25 @@ several works: ready power is calibrated once per operating point and shared; -o
         p.add_argument("--microbatches", type=int, default=None,
                        help="microbatches of a Perseus profile (1F1B; default 8) or, for a workload "
                             "file's pipeline, instead of its own")
-        p.add_argument("--p2p-power-w", type=float, default=None,
-                       help="P2P-blocking (idle) power per GPU, W (Perseus profile: default 75; a "
-                            "workload file: instead of its idle_power_w)")
+        p.add_argument("--idle-power-w", "--p2p-power-w", dest="p2p_power_w", type=float, metavar="W",
+                       default=None,
+                       help="idle (P2P-blocking) power per GPU, W, the workload key idle_power_w "
+                            "(Perseus profile: default 75; a workload file: instead of its "
+                            "idle_power_w); --p2p-power-w is the older name")
         p.add_argument("--transition-time-s", type=float, default=0.0, help="time to switch ω_dev, s")
         p.add_argument("--transition-energy-j", type=float, default=0.0, help="energy to switch ω_dev, J")
         p.add_argument("--method", default="auto", help="auto, dp, ilp or fast")
+        p.add_argument("--confidence", type=float, default=0.95, metavar="P",
+                       help="the deadline holds with this probability: predicted makespan + z_P·σ_T "
+                            "meets it (default 0.95; 0.5: the makespan alone); every plan states "
+                            "P(makespan <= deadline)")
         p.add_argument("--time-limit-s", type=float, default=None,
-                       help="wall-clock safety net, s (plans are budgeted by work; a plan the net cut "
-                            "short says time_capped)")
+                       help="wall-clock safety net of the whole call, s, LP and MILP back ends "
+                            "included (plans are budgeted by work; a plan the net cut short says "
+                            "time_capped)")
+        p.add_argument("--max-tasks", type=int, default=None, metavar="N",
+                       help="the most tasks a problem may have, checked before it is built "
+                            "(default 32768: about 5 minutes on a 2-core machine; see docs/solver.md)")
         p.add_argument("-o", "--output", default=None, help="plan/curve file to write (JSON)")
         p.add_argument("--plot", default=None, help="timeline / curve plot to write (PNG)")
         _add_json(p)
@@ -212,8 +254,8 @@ several works: ready power is calibrated once per operating point and shared; -o
 
     p = sub.add_parser("demo", help="the whole job on the simulated H200: characterize, compose, plan",
                        formatter_class=fmt, epilog="example:\n  ecal demo            # writes demo/")
-    p.add_argument("--out", default="demo", help="output folder (default: demo)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("-o", "--out", default="demo", help="output folder (default: demo)")
+    p.add_argument("--seed", type=int, default=0, help="simulator seed (default: 0)")
     p.add_argument("--deadline", default="1.05x", help="deadline (default 1.05x the fastest makespan)")
     _add_json(p)
 
@@ -226,8 +268,19 @@ several works: ready power is calibrated once per operating point and shared; -o
     p = sub.add_parser("run", help="execute a plan, measure it, hold it against Eq. 23",
                        formatter_class=fmt, epilog="examples:\n  ecal run demo/plan.json --device sim\n"
                                                    "  ecal run demo/plan_round1.json --seed 0 -o run.json\n"
-                                                   "  ecal run plan.json --workload workload.json --device nvml:0")
+                                                   "  ecal run plan.json --workload workload.json --device nvml:0\n"
+                                                   "exit status 1 when the measured step missed the plan's deadline or an "
+                                                   "Eq. 23 test of the plan flagged")
     add_run_arguments(p)
+
+    from .cmd_transitions import add_transitions_arguments
+
+    p = sub.add_parser("transitions", help="measure what switching clocks or power limits costs",
+                       formatter_class=fmt, epilog="examples:\n"
+                       "  ecal transitions workload.json --device nvml:0 -o transitions.json\n"
+                       "  ecal transitions ecal/examples/workload_1f1b.json --device sim -o t.json\n"
+                       "then name it in the workload: \"transitions\": {\"file\": \"transitions.json\"}")
+    add_transitions_arguments(p)
 
     from .cmd_campaign import add_campaign_arguments
 
@@ -237,6 +290,15 @@ several works: ready power is calibrated once per operating point and shared; -o
                               "  ecal campaign campaign.yaml --device nvml --ray auto --store runs.sqlite\n"
                               "  ecal frontier runs.sqlite --gpu-model H200 --element gemm_bf16_8192")
     add_campaign_arguments(p)
+
+    from .cmd_selftest import add_selftest_arguments
+
+    p = sub.add_parser("selftest", formatter_class=fmt,
+                       help="check that a GPU behaves as the tool assumes (read-only; run it first)",
+                       epilog="examples:\n  ecal selftest --device nvml:0\n"
+                              "  ecal selftest --device sim --json\n"
+                              "  ecal selftest --device nvml:0 -o selftest.json")
+    add_selftest_arguments(p)
 
     from .cmd_store import add_store_parser
 
@@ -331,10 +393,12 @@ def _run(argv: Sequence[str] | None) -> int:
     if args.command is None:
         ap.print_help()
         return 2
-    from frontier.errors import EnergyCalculusError
+    from frontier.errors import EnergyCalculusError, InternalError
 
     from . import commands
-    from .output import silence
+    from .output import show_warnings, silence
+
+    show_warnings()
 
     handler = getattr(args, "handler", None) or getattr(commands, "cmd_" + args.command.replace("-", "_"))
     try:
@@ -364,6 +428,9 @@ def _run(argv: Sequence[str] | None) -> int:
               f"{type(cause).__name__}: {_error_line(cause)} (traceback above; the device was "
               f"restored{kept})", file=sys.stderr)
         return 3
+    except InternalError:
+        # a check of our own result failed: a bug, shown as one (traceback, exit 1)
+        raise
     except (EnergyCalculusError, OSError, ValueError, KeyError) as exc:
         print(f"ecal {args.command}: error: {_error_line(exc)}", file=sys.stderr)
         return 2

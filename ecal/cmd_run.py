@@ -26,8 +26,17 @@ baseline, ``--no-baselines`` skips it): measured T and E ± σ against the predi
 and the measured saving. A real GPU runs single-device plans (a chain or a DAG on one
 device); a multi-GPU plan runs in your own launcher (``measure.PlanApplier.from_schedule``).
 
-Exit status 0 when run (a flagged deviation is a result, not an error; see ``flagged`` in the
-output), 2 on bad input, 3 when your work raised (the GPU restored).
+**What happened.** Below the table: ``deadline D ms: met, X ms to spare`` or ``deadline D ms:
+MISSED by X ms (Y %)`` — the measured step (mean over the measured steps) against the deadline
+the plan was made to keep (``Plan.target_deadline_s``: the one asked for, before a confidence
+tightened it), how many measured steps ran over, and the plan's own P(makespan ≤ deadline);
+then the last line, ``result: ...``, says what went wrong or that nothing did.
+
+Exit status: 0 when the plan's measured step met its deadline and none of the plan's Eq. 23
+tests flagged (its step, its devices); 1 when the deadline was missed or one of them flagged
+(the run itself completed: a deviation is a result, and ``-o`` is written); 2 on bad input; 3
+when your work raised (the GPU restored). A baseline's own flags are shown (and noted on the
+last line) but are not the plan's: they do not change the status.
 """
 
 from __future__ import annotations
@@ -38,13 +47,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from frontier.errors import EnergyCalculusError, FormatError
+from frontier.errors import FormatError, InputError
 
 BASELINES_FORMAT = "energy-calculus/baselines"
 _WORKLOAD_FIELDS = ("problem", "work", "baselines")
 
 
-class RunInputError(EnergyCalculusError):
+class RunInputError(InputError):
     """A plan file that cannot be run (no workload, a missing file, another device)."""
 
 
@@ -232,7 +241,7 @@ def execute_workload(plan_file: str | os.PathLike, workload_file: str | os.PathL
         main = run_plan(plan, problem, table, seed=seed, protocol=proto, devices=gpus)
         if not baselines:
             return main
-        top = _all_max(problem, plan.deadline_s)
+        top = _all_max(problem, getattr(plan, "target_deadline_s", plan.deadline_s))
         base = run_plan(top, problem, table, seed=seed, protocol=proto, devices=gpus)
         return PlanComparison(main, {"all_max": base}, (savings(main, base, "all_max"),))
     finally:
@@ -262,4 +271,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = Outputs()
     if args.output:
         out.json(args.output, res.to_dict())
-    return _finish(args, out, res.to_dict, res.summary)
+    problems = res.problems()
+    notes = res.notes() if hasattr(res, "notes") else []
+    _finish(args, out, res.to_dict, lambda: f"{res.summary()}\n{verdict(problems, notes)}")
+    return 1 if problems else 0
+
+
+def verdict(problems: list[str], notes: list[str] = ()) -> str:
+    """The last line of ``ecal run``: what went wrong with the plan (exit 1), or that nothing
+    did (exit 0); then the baselines' own flags, as notes."""
+    text = (f"result: {'; '.join(problems)}: exit 1" if problems else
+            "result: deadline met, prediction confirmed (Eq. 23): exit 0")
+    if notes:
+        text += f" (note, not the plan's: {'; '.join(notes)})"
+    return text

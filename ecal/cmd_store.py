@@ -36,6 +36,12 @@ points come back with their results-file point keys as units).
 ``ecal store list STORE`` prints, per GPU model and element, the points, the campaigns and
 campaign units that stored them, the hosts and the UUIDs; then each campaign's units.
 
+A point with a number that is not finite (``energy_j`` = s·T + d overflowing included) is
+refused at import, naming the file and the point (nothing of that import is added). A stored
+row that cannot be decoded (written before that check, or damaged) is skipped by ``export``
+and ``ecal frontier STORE`` with an ``ecal: warning:`` line naming it; the other rows are
+read. A damaged store or a full disk is one line naming the store (exit 2).
+
 Exit status 0 on success, 2 on bad input (one line on stderr; no file written, the store
 unchanged), 130 when interrupted.
 """
@@ -45,7 +51,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sqlite3
 import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -129,14 +134,11 @@ def add_store_parser(sub: Any, formatter_class: Any = argparse.RawDescriptionHel
 
 def cmd_store(args: argparse.Namespace) -> int:
     """Run ``ecal store ACTION`` (see the module docstring). SQLite errors (a locked or
-    damaged store, a full disk) are reported as :class:`~measure.store.StoreError`."""
-    from measure.store import StoreError
-
+    damaged store, a full disk) are :class:`~measure.store.StoreError` naming the store,
+    raised by :class:`~measure.store.ResultsStore` itself (so ``ecal frontier`` and ``ecal
+    campaign`` report them the same way): one line, exit 2."""
     run = {"import": store_import, "export": store_export, "list": store_list}[args.store_command]
-    try:
-        return run(args)
-    except sqlite3.Error as exc:
-        raise StoreError(f"{args.store}: {exc}") from None
+    return run(args)
 
 
 def _check_store_path(path: str) -> None:

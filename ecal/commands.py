@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from frontier.errors import EnergyCalculusError
+from frontier.errors import InputError
 
 from .output import (
     Outputs,
@@ -29,7 +30,7 @@ from .output import (
 )
 
 
-class UsageError(EnergyCalculusError):
+class UsageError(InputError):
     """A bad command-line value (reported as a one-line error, exit code 2)."""
 
 
@@ -47,8 +48,10 @@ def _finish(args: argparse.Namespace, out: Outputs, doc: Callable[[], Any],
     return 0
 
 
-def check_outputs(args: argparse.Namespace, *options: str) -> None:
-    """Check the output paths given for ``options`` (e.g. ``"--plot"``) before any work."""
+def check_outputs(args: argparse.Namespace, *options: str, inputs: tuple[str, ...] = ()) -> None:
+    """Check the output paths given for ``options`` (e.g. ``"--plot"``) before any work; none
+    may name one of the ``inputs`` (``ecal frontier s.json -o s.json`` would replace the
+    measured points with the frontier's)."""
     given = {}
     for opt in options:
         dest = "output" if opt == "-o" else opt.lstrip("-").replace("-", "_")
@@ -56,6 +59,10 @@ def check_outputs(args: argparse.Namespace, *options: str) -> None:
         if path is not None:
             (check_image_path if opt == "--plot" else check_output_path)(path, opt)
             given[opt] = path
+            for src in inputs:
+                if src is not None and os.path.realpath(path) == os.path.realpath(src):
+                    raise UsageError(f"{opt} {path} is the input file: it would be replaced; "
+                                     "write to another file")
     check_distinct(given)
 
 
@@ -84,7 +91,8 @@ def cmd_compose(args: argparse.Namespace) -> int:
 
     wb = load_workbook(args.file)
     if not wb.entries:
-        raise UsageError(f"{args.file}: has no compositions to predict")
+        raise UsageError(f"{args.file}: has no compositions to predict; add a 'compositions' "
+                         "list of {name, expr} over its signatures (docs/cli.md, ecal compose)")
     if args.json:
         dump_json(wb.to_dict(alpha=args.alpha))
         return 0
@@ -126,7 +134,7 @@ def cmd_frontier(args: argparse.Namespace) -> int:
     from frontier.io import load_signatures
     from frontier.pareto import pareto_frontier
 
-    check_outputs(args, "-o", "--plot")
+    check_outputs(args, "-o", "--plot", inputs=(args.file,))
     groups: dict[str, list] = defaultdict(list)
     from measure.store import is_store_path, read_signatures
 
@@ -136,7 +144,8 @@ def cmd_frontier(args: argparse.Namespace) -> int:
         groups.update(read_signatures(args.file, gpu_model=getattr(args, "gpu_model", None)))
         if not groups:
             raise UsageError(f"{args.file}: no signatures"
-                             + (f" of GPU model {args.gpu_model!r}" if args.gpu_model else ""))
+                             + (f" of GPU model {args.gpu_model!r}" if args.gpu_model else "")
+                             + _models_present(args.file))
     else:
         for key, sig in load_signatures(args.file).items():
             groups[element_of(key)].append(sig)
@@ -147,8 +156,7 @@ def cmd_frontier(args: argparse.Namespace) -> int:
     fronts = {el: pareto_frontier(pts, args.criterion, name=el) for el, pts in groups.items()}
     out = Outputs()
     if args.output:
-        out.json(args.output, {"schema_version": 1, "units": {"time": "s", "energy": "J", "power": "W"},
-                               "frontiers": {el: f.to_dict() for el, f in fronts.items()}})
+        out.json(args.output, frontier_file_doc(fronts, groups, args.criterion, args.file))
     if args.plot:
         from frontier.plot import plot_frontier
 
@@ -159,6 +167,39 @@ def cmd_frontier(args: argparse.Namespace) -> int:
     return _finish(args, out, lambda: {el: f.to_dict() for el, f in fronts.items()},
                    lambda: "\n".join(f"{el}: {len(f)} frontier point(s) of {len(groups[el])} measured "
                                      f"({args.criterion})\n{f.to_table()}" for el, f in fronts.items()))
+
+
+def _models_present(store_path: str) -> str:
+    """``; it has GPU models 'a', 'b'`` (or that it is empty), for a filter that matched nothing."""
+    from measure.store import ResultsStore
+
+    with ResultsStore(store_path, create=False) as st:
+        models = st.gpu_models()
+    if not models:
+        return "; the store is empty"
+    return "; it has GPU model(s) " + ", ".join(repr(m) for m in models) + " (--gpu-model)"
+
+
+def frontier_file_doc(fronts: dict[str, Any], groups: dict[str, list], criterion: str,
+                      source: str) -> dict[str, Any]:
+    """``ecal frontier -o``'s file: a signature file of the frontier points (every command that
+    reads signatures reads it, ``ecal frontier`` included), keyed ``element@point`` as
+    ``ecal characterize`` writes them, with a ``meta.frontier`` block saying what was kept."""
+    from frontier.codec import signature_to_dict
+    from frontier.pareto import point_label
+
+    sigs: dict[str, Any] = {}
+    for el, f in fronts.items():
+        for p in f.points:
+            key = p.name if element_of(p.name) == el and "@" in p.name else f"{el}@{point_label(p)}"
+            while key in sigs:          # two points with one label (a store of several GPUs)
+                key += "'"
+            sigs[key] = signature_to_dict(p)
+    meta = {"frontier": {"criterion": criterion, "source": str(source),
+                         "elements": {el: {"measured": len(groups[el]), "frontier": len(f)}
+                                      for el, f in fronts.items()}}}
+    return {"schema_version": 1, "units": {"time": "s", "energy": "J", "power": "W"},
+            "signatures": sigs, "meta": meta}
 
 
 # -- characterize ------------------------------------------------------------------------------
@@ -204,6 +245,27 @@ def _results_paths(base: str | None, names: list[str]) -> list[str | None]:
     return paths
 
 
+def _open_for(spec: str, works: list[str], **kw: Any) -> Any:
+    """Open ``spec``; when it cannot be opened and the works are the user's own code
+    (``module:attribute``), say what works without a GPU instead of pointing at the simulator,
+    which cannot run them."""
+    import re
+
+    import measure
+    from measure.factory import WITHOUT_A_GPU
+
+    try:
+        return measure.open_device(spec, **kw)
+    except measure.DeviceError as exc:
+        own = [w for w in works if ":" in w]
+        if not own or spec.strip().lower().startswith("sim"):
+            raise
+        why = re.sub(r"\s*\((use the simulated device|without a GPU)[^)]*\)", "",
+                     str(exc).splitlines()[0])
+        raise measure.DeviceError(f"{own[0]} is your own code and needs a GPU, but {spec} cannot be "
+                                  f"opened here ({why}); {WITHOUT_A_GPU}") from exc
+
+
 def cmd_characterize(args: argparse.Namespace) -> int:
     """``ecal characterize WORK [WORK ...]``: signatures over a grid, the frontier, optional plot.
 
@@ -234,7 +296,7 @@ def cmd_characterize(args: argparse.Namespace) -> int:
     if args.results:
         # appended to, never replaced; checked now so a bad path fails before any device work
         check_output_path(args.results, "--results")
-    device = measure.open_device(args.device, read_only=args.read_only, seed=args.seed)
+    device = _open_for(args.device, specs, read_only=args.read_only, seed=args.seed)
     try:
         grid = args.grid
         if grid is None:
@@ -451,6 +513,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def cmd_transitions(args: argparse.Namespace) -> int:
+    """``ecal transitions WORKLOAD -o FILE``: measured switch costs (:mod:`ecal.cmd_transitions`)."""
+    from .cmd_transitions import cmd_transitions as run
+
+    return run(args)
+
+
 def cmd_campaign(args: argparse.Namespace) -> int:
     """``ecal campaign FILE``: many elements on many GPUs into one store (:mod:`ecal.cmd_campaign`)."""
     from .cmd_campaign import cmd_campaign as run
@@ -487,26 +556,42 @@ def _read_workload(args: argparse.Namespace):
         raise UsageError("--transition-time-s and --transition-energy-j must be >= 0")
     p2p = getattr(args, "p2p_power_w", None)
     if p2p is not None and p2p < 0:
-        raise UsageError(f"--p2p-power-w must be >= 0, got {p2p:g}")
+        raise UsageError(f"--idle-power-w (--p2p-power-w) must be >= 0, got {p2p:g}")
     mb = getattr(args, "microbatches", None)
     if mb is not None and mb < 1:
         raise UsageError(f"--microbatches must be >= 1, got {mb}")
+    max_tasks = _solve_options(args).limits.max_tasks     # checked before anything is built
     if args.transition_time_s > 0 or args.transition_energy_j > 0:
         trans = ConstantTransition(args.transition_time_s, args.transition_energy_j)
     if args.workload.lower().endswith(".csv"):
         return load_problem(args.workload, p2p_power_w=75.0 if p2p is None else p2p,
-                            n_microbatches=8 if mb is None else mb, transitions=trans), None
+                            n_microbatches=8 if mb is None else mb, transitions=trans,
+                            max_tasks=max_tasks), None
     doc = read_json(args.workload)
     from .workload import is_workload, load_workload
 
     if is_workload(doc):
-        wl = load_workload(args.workload, microbatches=mb, idle_power_w=p2p, transitions=trans)
+        wl = load_workload(args.workload, microbatches=mb, idle_power_w=p2p, transitions=trans,
+                           max_tasks=max_tasks)
         return wl.problem, wl
     if isinstance(doc, dict) and "signatures" in doc and "schema_version" in doc and "tasks" not in doc:
         raise UsageError(f"{args.workload}: is a signature file, not a workload: name it in a workload "
                          "file (\"format\": \"ecal.workload/1\", see docs/workload.md) and plan that")
-    p = problem_from_dict(doc, args.workload)
+    p = problem_from_dict(doc, args.workload, max_tasks=max_tasks)
     return (p.with_(transitions=trans) if trans is not None else p), None
+
+
+def _solve_options(args: argparse.Namespace) -> Any:
+    """The planner's options of ``ecal plan`` / ``ecal pareto``: the shipped ones, with
+    ``--max-tasks`` (the most tasks a problem may have, checked before it is built)."""
+    from solvers.options import LimitOptions, SolveOptions
+
+    n = getattr(args, "max_tasks", None)
+    if n is None:
+        return SolveOptions()
+    if n < 1:
+        raise UsageError(f"--max-tasks must be >= 1, got {n}")
+    return SolveOptions(limits=LimitOptions(max_tasks=int(n)))
 
 
 def _parse_deadline(text: str, option: str = "--deadline") -> float | str:
@@ -542,11 +627,13 @@ def _plan_outputs(args: argparse.Namespace, out: Any, plan: Any, problem: Any, w
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    """``ecal plan WORKLOAD --deadline 1.05x``: the minimum-energy plan and its certificate."""
-    from solvers.solve import solve
+    """``ecal plan WORKLOAD --deadline 1.05x``: the minimum-energy plan whose makespan meets
+    the deadline at ``--confidence`` (:mod:`solvers.confidence`), and its certificate."""
+    from solvers.confidence import solve_at_confidence
 
     check_outputs(args, "-o", "--schedule", "--plot")
     deadline = _parse_deadline(args.deadline)
+    confidence = _confidence(args)
     _check_time_limit(args)
     problem, workload = _read_workload(args)
     if problem.n_tasks > 500 and not args.json:
@@ -559,7 +646,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
             how = f" (switch-cost search: {work:g} work units, safety net {net_s:g} s)"
         print(f"planning {problem.n_tasks} tasks on {len(problem.index.dev_seq)} devices{how} ...",
               file=sys.stderr, flush=True)
-    plan = solve(problem, deadline, method=args.method, time_limit_s=args.time_limit_s)
+    plan = solve_at_confidence(problem, deadline, confidence, method=args.method,
+                               time_limit_s=args.time_limit_s, options=_solve_options(args))
+    plan = _with_assumptions(plan, problem, workload, args.workload)
     out = Outputs()
     _plan_outputs(args, out, plan, problem, workload)
     if args.plot:
@@ -567,6 +656,33 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
         out.custom(args.plot, lambda tmp: plot_timeline(plan, tmp))
     return _finish(args, out, plan.to_dict, plan.summary)
+
+
+def _confidence(args: argparse.Namespace) -> float:
+    """``--confidence P``: in [0.5, 1) (0.5: the predicted makespan alone meets the deadline)."""
+    p = getattr(args, "confidence", 0.95)
+    if not 0.5 <= p < 1.0:
+        raise UsageError(f"--confidence must be in [0.5, 1) (0.95: the deadline holds 19 times in "
+                         f"20 on the plan's own σ; 0.5: the makespan alone), got {p:g}")
+    return float(p)
+
+
+def _assumptions(problem: Any, workload: Any, file: str) -> list[str]:
+    """What a plan of ``problem`` assumes rather than knows: a workload file's own (e.g.
+    ``"transitions": "free"``), or free switches where a profile or problem gives no costs."""
+    if workload is not None:
+        return list(workload.assumptions)
+    if not problem.has_transitions:
+        return [f"switches are free ({file} gives no switch costs; --transition-time-s sets them)"]
+    return []
+
+
+def _with_assumptions(plan: Any, problem: Any, workload: Any, file: str) -> Any:
+    """``plan`` with its assumptions in ``meta["assumptions"]`` (its summary prints them)."""
+    import dataclasses
+
+    said = _assumptions(problem, workload, file)
+    return dataclasses.replace(plan, meta={**plan.meta, "assumptions": said}) if said else plan
 
 
 def _check_point_of_file(plan, problem) -> None:
@@ -597,6 +713,7 @@ def cmd_pareto(args: argparse.Namespace) -> int:
     check_outputs(args, "-o", "--schedule", "--plot")
     _check_time_limit(args)
     deadline = None if plan_at is None else _parse_deadline(plan_at, "--plan-at")
+    confidence = _confidence(args)
     problem, workload = _read_workload(args)
     kw = {} if args.points is None else {"n_points": args.points}
     if args.points is not None and args.points < 2:
@@ -606,23 +723,44 @@ def cmd_pareto(args: argparse.Namespace) -> int:
         if curve.problem != problem.name:
             raise UsageError(f"{curve_file}: is the curve of {curve.problem!r}, not of {problem.name!r}")
     else:
-        curve = pareto(problem, method=args.method, time_limit_s=args.time_limit_s, **kw)
+        curve = pareto(problem, method=args.method, time_limit_s=args.time_limit_s,
+                       options=_solve_options(args), **kw)
     out = Outputs()
     if args.plot:
         from solvers.plot import plot_pareto
 
         out.custom(args.plot, lambda tmp: plot_pareto(curve, tmp))
+    said = _assumptions(problem, workload, args.workload)
     if deadline is None:
+        from solvers.confidence import curve_lines, curve_rows, z_of
+
+        def doc() -> Any:
+            return {**curve.to_dict(), "confidence": {
+                "confidence": confidence, "z": z_of(confidence), "assumptions": said,
+                "points": curve_rows(curve, confidence)}}
+
+        def text() -> str:
+            return "\n".join([curve.summary(), *curve_lines(curve, confidence),
+                              *(f"  assumption: {a}" for a in said)])
+
         if args.output:
-            out.json(args.output, curve.to_dict())
-        return _finish(args, out, curve.to_dict, curve.summary)
+            out.json(args.output, doc())
+        return _finish(args, out, doc, text)
+    from solvers.confidence import keep_deadline
+
     try:
-        plan = curve.plan_at(problem.deadline_s(deadline), problem)
+        D = problem.deadline_s(deadline)
+        if curve_file:
+            _check_point_of_file(curve.plan_at(D, problem), problem)
+        fastest = min([p.makespan_s for p in curve.plans] + [m for m, _e, _b in curve.dense])
+        plan = keep_deadline(lambda d: curve.plan_at(d, problem), D, confidence,
+                             fastest_s=fastest, name=problem.name)
         if curve_file:
             _check_point_of_file(plan, problem)
     except (ValueError, CertificateError) as exc:
         # a curve file of this workload's tasks but other signatures, options or costs
         raise UsageError(f"{curve_file or 'curve'}: {exc}") from None
+    plan = _with_assumptions(plan, problem, workload, args.workload)
     _plan_outputs(args, out, plan, problem, workload)
     return _finish(args, out, plan.to_dict, plan.summary)
 

@@ -32,6 +32,8 @@ from frontier import OperatingPoint, Signature
 from frontier.pareto import Frontier, pareto_frontier
 
 SM_TOTAL = 132
+#: The H200 grants SMs in steps of this (a green-context request is rounded up).
+SM_GRANULARITY = 8
 N_STAGES = 4
 N_MICROBATCHES = 8
 #: Relative sizes of the stages: real pipelines are imbalanced (embedding / head stages).
@@ -41,6 +43,13 @@ POWER_LIMITS_W = (700, 450)
 COMM_SMS = (8, 16, 32)
 #: Switching ω_dev costs time (clock/limit change latency) and the static energy meanwhile.
 TRANSITION_TIME_S = 0.002
+
+
+def compute_sms(k: int) -> int:
+    """SMs of the compute side beside a send on ``k`` SMs: the most the device grants (a
+    multiple of :data:`SM_GRANULARITY`) that fits beside it. 132 − k is never one (132 is not
+    a multiple of 8), and a request for it would run as more SMs than are left."""
+    return (SM_TOTAL - int(k)) // SM_GRANULARITY * SM_GRANULARITY
 SIMULATED = "SIMULATED H200 (physics model calibrated to a real H200; not a measurement)"
 
 
@@ -124,7 +133,7 @@ def _grid(cfg: DemoConfig, sms: Sequence[int]) -> str:
 
 def characterize_step(cfg: DemoConfig, progress: Callable[[str], None] | None = None
                       ) -> dict[str, tuple[Signature, ...]]:
-    """Signatures of every element of the step on one simulated H200 (compute at 132 − k SMs,
+    """Signatures of every element of the step on one simulated H200 (compute on compute_sms(k) SMs,
     the P2P send at k SMs, over the clock × power-limit grid)."""
     import measure
 
@@ -133,7 +142,7 @@ def characterize_step(cfg: DemoConfig, progress: Callable[[str], None] | None = 
     works["p2p_send"] = measure.PRESETS["p2p_send"]
     out = {}
     for name, work in works.items():
-        sms = cfg.comm_sms if name == "p2p_send" else [SM_TOTAL - k for k in cfg.comm_sms]
+        sms = cfg.comm_sms if name == "p2p_send" else [compute_sms(k) for k in cfg.comm_sms]
         if progress:
             progress(f"characterizing {name} on the simulated H200 ...")
         res = measure.characterize(work, device=dev, grid=_grid(cfg, sms), name=name, progress=None)
@@ -143,19 +152,20 @@ def characterize_step(cfg: DemoConfig, progress: Callable[[str], None] | None = 
 
 def task_composites(cfg: DemoConfig, sigs: Mapping[str, Sequence[Signature]],
                     table: Any = None) -> dict[tuple[int, str], list[Signature]]:
-    """Per (stage, instruction): one composite per (ω_dev, k) of compute(132 − k SMs) ∥
+    """Per (stage, instruction): one composite per (ω_dev, k) of compute(compute_sms(k) SMs) ∥
     send(k SMs) — the interaction table's jointly measured co-run where it has one
     (``frontier.interaction.compose_pair``), else ⊕ of the elements characterized alone."""
     from frontier.interaction import InteractionTable, compose_pair
 
     table = InteractionTable() if table is None else table
     comm = {(s.omega.dev, s.omega.sm_count): s for s in sigs["p2p_send"]}
+    send_of = {compute_sms(k): k for k in cfg.comm_sms}
     out: dict[tuple[int, str], list[Signature]] = {}
     for s in range(cfg.n_stages):
         for inst in ("forward", "backward"):
             row = []
             for c in sigs[f"s{s}_{inst}"]:
-                send = comm[(c.omega.dev, SM_TOTAL - c.omega.sm_count)]
+                send = comm[(c.omega.dev, send_of[c.omega.sm_count])]
                 row.append(compose_pair(c, send, table, sm_total=SM_TOTAL, name=f"s{s}_{inst}+send")[0])
             out[(s, inst)] = row
     return out
@@ -169,27 +179,27 @@ def options_of(composites: Mapping[tuple[int, str], Sequence[Signature]]) -> dic
     for key, row in composites.items():
         opts = []
         for c in row:
-            k = SM_TOTAL - _compute_sms(c)
+            k = _send_sms(c)
             opts.append(dataclasses.replace(Option.from_signature(c), omega=c.omega.dev.with_(sm_count=k),
                                             label=f"{c.omega.dev.label()} comm{k}SM"))
         out[key] = opts
     return out
 
 
-def _compute_sms(c: Signature) -> int:
-    """SMs of the compute side of a task composite (⊕ or a joint measurement)."""
+def _send_sms(c: Signature) -> int:
+    """SMs of the send side of a task composite (⊕ or a joint measurement)."""
     inter = c.meta.get("interaction") or {}
     key = inter.get("key") if isinstance(inter, Mapping) else None
     if key:
         for m in key["pair"]:
-            if m["element"] != "p2p_send":
+            if m["element"] == "p2p_send":
                 return int(m["sm_count"])
     raise ValueError(f"{c.name}: no pair record to read its SM split from")
 
 
 def task_options(cfg: DemoConfig, sigs: Mapping[str, Sequence[Signature]], table: Any = None
                  ) -> dict[tuple[int, str], list[Any]]:
-    """Per (stage, instruction): one option per (ω_dev, k) = compute(132 − k SMs) ∥ send(k SMs),
+    """Per (stage, instruction): one option per (ω_dev, k) = compute(compute_sms(k) SMs) ∥ send(k SMs),
     composed ⊕ at the null context or, where ``table`` has the pair, measured jointly."""
     return options_of(task_composites(cfg, sigs, table))
 
@@ -380,7 +390,7 @@ def localize(rnd: Round, sigs: Mapping[str, Sequence[Signature]], ready_w: Mappi
         element = f"{stage}_{inst}"
         k = int(o.omega.sm_count)
         compute = next(c for c in sigs[element]
-                       if c.omega.dev == o.omega.dev and c.omega.sm_count == SM_TOTAL - k)
+                       if c.omega.dev == o.omega.dev and c.omega.sm_count == compute_sms(k))
         meas = Signature.from_runs(kind, [r.time_s for r in runs], [r.true_energy_j for r in runs],
                                    s_w=o.s_w)
         test = runtime_test(compute, comm[(o.omega.dev, k)], meas, alpha=alpha, n_tests=len(groups),
@@ -439,15 +449,15 @@ def joint_points(comps: Mapping[tuple[int, str], Sequence[Signature]], elements:
                  ) -> dict[str, list[tuple[OperatingPoint, int]]]:
     """Per element to measure jointly: the (ω_dev, send SMs k) a plan can choose — the options
     on that task's composed (T, E) frontier (a dominated option only ever helps by saving a
-    switch) and those plan 1 chose. (Measuring every option too doubles the demo's time and,
-    on the simulator, moved plan 2's deviation by less than 0.1 %.)"""
+    switch) and those plan 1 chose (``run_demo`` adds those plan 2 then chooses off the
+    frontier). Measuring every option instead would double the demo's time."""
     out: dict[str, list[tuple[OperatingPoint, int]]] = {}
     for (s, inst), row in comps.items():
         e = f"s{s}_{inst}"
         if e not in elements:
             continue
         front = pareto_frontier(list(row), "TE", name=e)
-        pts = {(c.omega.dev, SM_TOTAL - _compute_sms(c)) for c in front.points}
+        pts = {(c.omega.dev, _send_sms(c)) for c in front.points}
         pts |= {(o, k) for el, o, k in chosen if el == e}
         out[e] = sorted(pts, key=lambda p: (p[0], p[1]))
     return out
@@ -472,7 +482,7 @@ def characterize_jointly(cfg: DemoConfig, points: Mapping[str, Sequence[tuple[Op
     for e, pts in points.items():
         for omega, k in pts:
             grid = ",".join(f"{knob}={v:g}" for knob, v in omega.dev.to_dict().items() if v is not None)
-            pair = JointPair(e, kernels[e], "p2p_send", send, ((SM_TOTAL - k, k),))
+            pair = JointPair(e, kernels[e], "p2p_send", send, ((compute_sms(k), k),))
             temp = (context_temp_c or {}).get(e)
             proto = measure.Protocol(context_temp_c=temp)
             table = table.merged(characterize_pairs(dev, [pair], grid, proto, progress=None))
@@ -534,22 +544,38 @@ def run_demo(cfg: DemoConfig = DemoConfig(), progress: Callable[[str], None] | N
             in_context[f"s{s}_{i}"] = sum(temps) / len(temps)
     table = characterize_jointly(cfg, joint_points(task_composites(cfg, sigs), elements, chosen),
                                  in_context)
-    comps = task_composites(cfg, sigs, table)
+    idle1 = {d: v[1] for d, v in loc.idle.items()}
+    clock.lap("localize + characterize")
+
+    def plan_round2(table: Any) -> tuple[Any, Any, dict[str, float], float, Any]:
+        comps = task_composites(cfg, sigs, table)
+        problem2 = _problem(cfg, options_of(comps), idle1, transitions=transitions, name=" round 2")
+        deadline2 = problem2.deadline_s(cfg.deadline)
+        say(f"round 2: planning again for a deadline of {deadline2 * 1e3:.1f} ms ...")
+        plan2 = solve(problem2, deadline2, method="fast", time_limit_s=cfg.time_limit_s)
+        # Plan 1's waits priced the bubbles; plan 2 waits at its own ω_dev. Charge those and
+        # plan once more.
+        idle2 = idle1
+        own = planned_bubble_power(plan2, problem2, ready_w)
+        if any(abs(own[d] - idle2[d]) > 0.005 * idle2[d] for d in idle2):
+            idle2 = own
+            problem2 = problem2.with_(idle_power_w=idle2)
+            plan2 = solve(problem2, deadline2, method="fast", time_limit_s=cfg.time_limit_s)
+        return comps, problem2, idle2, deadline2, plan2
+
+    comps, problem2, idle2, deadline2, plan2 = plan_round2(table)
+    # Plan 2 may pick an option of a deviating pair off its composed frontier (a dominated
+    # option can save a switch), which rests on ⊕ of the elements alone: measure those co-runs
+    # jointly too and plan again (twice at most), so no choice of a flagged element is composed.
+    for _ in range(2):
+        extra = {e: v for e, v in composed_choices(plan2, problem2, table).items() if e in elements}
+        if not extra:
+            break
+        say(f"round 2: measuring {sum(len(v) for v in extra.values())} chosen co-run(s) jointly ...")
+        table = table.merged(characterize_jointly(cfg, extra, in_context))
+        comps, problem2, idle2, deadline2, plan2 = plan_round2(table)
     record = record_of(comps)
     opts2 = options_of(comps)
-    idle2 = {d: v[1] for d, v in loc.idle.items()}
-    problem2 = _problem(cfg, opts2, idle2, transitions=transitions, name=" round 2")
-    deadline2 = problem2.deadline_s(cfg.deadline)
-    clock.lap("localize + characterize")
-    say(f"round 2: planning again for a deadline of {deadline2 * 1e3:.1f} ms ...")
-    plan2 = solve(problem2, deadline2, method="fast", time_limit_s=cfg.time_limit_s)
-    # Plan 1's waits priced the bubbles; plan 2 waits at its own ω_dev. Charge those and plan
-    # once more.
-    own = planned_bubble_power(plan2, problem2, ready_w)
-    if any(abs(own[d] - idle2[d]) > 0.005 * idle2[d] for d in idle2):
-        idle2 = own
-        problem2 = problem2.with_(idle_power_w=idle2)
-        plan2 = solve(problem2, deadline2, method="fast", time_limit_s=cfg.time_limit_s)
     clock.lap("plan 2")
     # A baseline held at one ω_dev waits at that ω_dev: its bubbles cost that ready power.
     top = max(omegas)
@@ -650,7 +676,7 @@ def composed_choices(plan: Any, problem: Any, table: Any) -> dict[str, list[tupl
         kind = t.name.rsplit("/", 1)[0]
         e = kind.replace("/", "_")
         k = int(o.omega.sm_count)
-        key = PairKey.of(e, SM_TOTAL - k, "p2p_send", k, o.omega.dev)
+        key = PairKey.of(e, compute_sms(k), "p2p_send", k, o.omega.dev)
         if table is None or table.lookup(key) is None:
             out.setdefault(e, set()).add((o.omega.dev, k))
     return {e: sorted(v, key=lambda p: (p[0], p[1])) for e, v in out.items()}
@@ -722,7 +748,8 @@ def report(r: DemoResult) -> str:
                  f"({len(taus) or 'all'} ordered pairs{tr}); bubble power per GPU from those waits "
                  "(re-planned once at plan 2's own waits when they differ); "
                  f"{len(joint)} pair(s) compute ∥ send measured jointly ({len(r.interaction)} co-run "
-                 "signatures: the options on each pair's frontier and those plan 1 chose, pre-heated to "
+                 "signatures: the options on each pair's frontier, those plan 1 chose and those plan 2 "
+                 "chose off that frontier, pre-heated to "
                  "the temperature their tasks ran at in plan 1's run)")
     rec = r.record
     if rec is not None:
@@ -853,6 +880,6 @@ def write_demo(r: DemoResult, out_dir: str | Path) -> list[Path]:
     fr = [r.element_frontiers[n] for n in sorted(r.element_frontiers)]
     out.figure(d / "frontiers.png", plot_compositions(fr, comp, title="Element frontiers and the composed "
                                                       "1F1B step (simulated H200)"))
-    out.custom(d / "timeline.png", lambda tmp: plot_timeline(r.plan, tmp))
-    out.custom(d / "pareto.png", lambda tmp: plot_pareto(r.curve, tmp))
+    out.custom(d / "timeline.png", lambda tmp: plot_timeline(r.plan, tmp, stamp="SIMULATED H200"))
+    out.custom(d / "pareto.png", lambda tmp: plot_pareto(r.curve, tmp, stamp="SIMULATED H200"))
     return out.commit()

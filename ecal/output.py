@@ -4,6 +4,15 @@ The contract of :class:`Outputs` (what ``ecal`` promises about the files a user 
 
 * Paths are checked before any work starts (:func:`check_output_path`): a bad path is a
   one-line error naming the user's path and the real cause.
+* **No one else chooses where an output goes.** An output path that is a symlink the caller
+  owns updates the file it names (the link stays a link). A symlink owned by another user
+  (anywhere on the path; root's own links such as ``/var/run`` excepted), or one pointing at
+  a file another user owns, is refused with one line and nothing is written
+  (:func:`frontier.io.check_own_path`): a link planted in a shared folder cannot make root's
+  ``-o`` replace a file of the planter's choice. Checked before the work and again when the
+  files are committed.
+* A full disk, a read-only file system or a permission error while writing names the file
+  (``PATH: No space left on device``), never a temp file.
 * :meth:`Outputs.commit` first produces *every* file into a temp file next to its target
   (same folder, fsynced). Only when all are ready are they renamed into place. If producing
   any fails, only the temps are removed: a file that existed before is never deleted or altered.
@@ -20,6 +29,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import signal
 import stat
@@ -30,15 +40,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from frontier.errors import EnergyCalculusError
-from frontier.io import file_mode, fsync_dir
+from frontier.errors import EnergyCalculusError, InputError
+from frontier.io import UnsafePathError, check_own_path, file_mode, fsync_dir
 
 #: Signals held back while files are renamed into place (delivered right after).
 _COMMIT_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP")
                         if hasattr(signal, n))
 
 
-class OutputPathError(EnergyCalculusError):
+class OutputPathError(InputError):
     """An output path that cannot be written (reported as a one-line error, exit code 2)."""
 
 
@@ -96,6 +106,10 @@ def check_output_path(path: str | os.PathLike, option: str = "output") -> Path:
         raise OutputPathError(f"{where}: not a file name")
     if p.is_dir():
         raise OutputPathError(f"{where}: is a folder")
+    try:
+        check_own_path(p)
+    except UnsafePathError as exc:
+        raise OutputPathError(f"{where}: {exc.problem}") from None
     _refuse_special(p, where)
     _check_folder(p.parent, where)
     return p
@@ -114,9 +128,11 @@ def _refuse_special(path: Path, where: str) -> None:
 
 
 def _target(path: str | os.PathLike) -> Path:
-    """Where an output for ``path`` goes: through a symlink to the file it names (the link
-    stays a link), else ``path`` itself."""
-    return Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
+    """Where an output for ``path`` goes: through a symlink the caller owns to the file it
+    names (the link stays a link), else ``path`` itself. A symlink another user owns, or one
+    into another user's file, is refused (:func:`frontier.io.check_own_path`)."""
+    real = check_own_path(path)
+    return Path(real) if os.path.islink(path) else Path(path)
 
 
 def check_output_dir(path: str | os.PathLike, option: str = "--out") -> Path:
@@ -251,6 +267,7 @@ class Outputs:
         try:
             for path, write in self._pending:
                 tmp = ""
+                check_own_path(path)      # again: the folder may have changed since staging
                 _refuse_special(path, f"cannot write {os.fspath(path)}")
                 try:
                     _mkdirs(path.parent, made)
@@ -352,6 +369,30 @@ def _json_default(o: Any) -> Any:
     if isinstance(o, Path):
         return str(o)
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+class _WarningLine(logging.Handler):
+    """Prints a logged warning as ``ecal: warning: MESSAGE`` on stderr (``sys.stderr`` at the
+    time of the warning, so a redirected stderr gets it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            print(f"ecal: warning: {record.getMessage()}", file=sys.stderr)
+        except Exception:  # noqa: BLE001 - a warning must never end the command
+            self.handleError(record)
+
+
+#: The packages whose logged warnings ``ecal`` shows (e.g. a store row that was skipped).
+WARNING_LOGGERS = ("measure", "frontier", "solvers", "ecal")
+
+
+def show_warnings() -> None:
+    """Let the user see the warnings the library logs (``logging.getLogger(__name__)
+    .warning``): one ``ecal: warning: ...`` line each on stderr. Idempotent."""
+    for name in WARNING_LOGGERS:
+        log = logging.getLogger(name)
+        if not any(isinstance(h, _WarningLine) for h in log.handlers):
+            log.addHandler(_WarningLine(logging.WARNING))
 
 
 def silence(stream: Any) -> None:

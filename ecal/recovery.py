@@ -13,16 +13,27 @@ Every journalled setting is tried, also after another one failed: each one put b
 the journal, the ones that failed stay in it, and the output says per setting which is which.
 Stale temp files of journal writers killed mid-write are removed (under the GPU's lock).
 
+The card comes before the disk: a journal that cannot be updated after the restore (a full or
+read-only state folder) does not stop the restore; the output says so and the journal is left
+as it was (run the command again once the folder can be written: restoring twice is
+harmless). An unreadable journal (bad JSON, deep nesting, wrong types) resets every setting to
+the driver default, and a power limit outside the GPU's own range is replaced by the default
+limit, each said in one line. A journal someone else could have written (a symlink, another
+owner, group/other-writable, another writer uid) is **refused**: listed, never applied. The
+state folder itself must be the caller's own (:func:`measure.locks.lock_dir`).
+
 Wire it as ``commands.cmd_restore = recovery.cmd_restore``. Exit 0 when everything found was
-restored, or there was nothing to do; a failure (a setting not restored, a GPU in use, or a
-``--device nvml:N`` that NVML does not have) raises :class:`~measure.device.DeviceError` (the
-CLI prints it in one line and exits 2) after printing what was restored.
+restored, or there was nothing to do; a failure (a setting not restored, a GPU in use, a
+journal refused or left un-updated, or a ``--device nvml:N`` that NVML does not have) raises
+:class:`~measure.device.DeviceError` (the CLI prints it in one line and exits 2) after
+printing what was restored.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import sys
 from typing import Any
@@ -68,8 +79,8 @@ def cmd_restore(args: argparse.Namespace, nvml: Any = None) -> int:
     wanted = None if getattr(args, "device", None) is None else _index_of(args.device)
     journals = jr.list_journals()
     temps = sorted(lock_dir().glob("*.journal.json.*tmp"))
-    doc: dict[str, Any] = {"restored": [], "skipped": [], "failed": [], "temp_files_removed": [],
-                           "journal_dir": str(lock_dir())}
+    doc: dict[str, Any] = {"restored": [], "skipped": [], "failed": [], "refused": [],
+                           "temp_files_removed": [], "journal_dir": str(lock_dir())}
     if journals or temps or wanted is not None:
         nv = _load_nvml(nvml)
         try:
@@ -86,7 +97,7 @@ def cmd_restore(args: argparse.Namespace, nvml: Any = None) -> int:
             _clean_temps(temps, journals, by_uuid, wanted, nv, doc)
         finally:
             nv.nvmlShutdown()
-        doc["temp_files_removed"] = [str(t) for t in temps if not t.exists()]
+        doc["temp_files_removed"] = [str(t) for t in temps if not os.path.lexists(t)]
     if getattr(args, "json", False):
         print(json.dumps(doc, indent=2))
     else:
@@ -96,6 +107,15 @@ def cmd_restore(args: argparse.Namespace, nvml: Any = None) -> int:
         first = doc["failed"][0]
         raise DeviceError(f"{len(doc['failed'])} GPU(s) not fully restored; {first['uuid']}: "
                           f"{first['error']}")
+    if doc["refused"]:
+        first = doc["refused"][0]
+        raise DeviceError(f"{len(doc['refused'])} journal(s) refused, not applied; "
+                          f"{first['error']}")
+    stale = [r for r in doc["restored"] if r.get("journal_error")]
+    if stale:
+        raise DeviceError(f"{stale[0]['uuid']} ({stale[0]['device']}) is restored, but "
+                          f"{stale[0]['journal_error']}: run `ecal restore` again once "
+                          f"{doc['journal_dir']} can be written")
     return 0
 
 
@@ -113,11 +133,20 @@ def _restore_one(path: Any, by_uuid: dict[str, int], wanted: int | None, nv: Any
     from measure import journal as jr
     from measure.nvml import NVMLDevice, RestoreFailedError
 
+    refused = None
     try:
         rec = jr.read_journal(path)
         uuid, host = rec.uuid, rec.host
     except jr.CorruptJournalError:
         uuid, host = path.name.removesuffix(".journal.json"), ""
+    except jr.UntrustedJournalError as exc:
+        uuid, host, refused = path.name.removesuffix(".journal.json"), "", exc
+    if refused is not None:
+        # never applied; named by file (its uuid is the planter's word)
+        index = {jr.safe_name(u): i for u, i in by_uuid.items()}.get(uuid)
+        if wanted is None or index == wanted:
+            doc["refused"].append({"uuid": uuid, "journal": str(path), "error": str(refused)})
+        return
     index = by_uuid.get(uuid)
     if wanted is not None and index != wanted:
         return
@@ -190,10 +219,13 @@ def _lines(doc: dict[str, Any], wanted: int | None) -> list[str]:
     lines = []
     for r in doc["restored"]:
         who = "an unreadable journal" if r["journal_corrupt"] else f"process {r['left_by_pid']}"
+        extra = "".join(f"; {x}" for x in [*r.get("notes", ()), r.get("journal_error")] if x)
         lines.append(f"restored {r['uuid']} ({r['device']}): {', '.join(r['restored'])} "
-                     f"(left changed by {who})")
+                     f"(left changed by {who}){extra}")
     for s in doc["skipped"]:
         lines.append(f"skipped {s['uuid']}: {s['reason']}")
+    for r in doc["refused"]:
+        lines.append(f"refused {r['uuid']}: {r['error']}")
     for f in doc["failed"]:
         where = f" ({f['device']})" if "device" in f else ""
         if f.get("restored"):

@@ -23,6 +23,9 @@ Optional top-level keys (readers must accept their absence):
 - ``device_info``: per device, ``ready_power_w`` (the ready power measured with the elements'
   signatures at the device's top operating point, or null) and ``switches_per_iteration``
   (changes of ω_dev in one iteration, the wrap-around included when ``steady_state``).
+- ``confidence``, ``solved_deadline_s``, ``p_meets_deadline``: the plan keeps ``deadline_s``
+  at this confidence (:mod:`solvers.confidence`): its method solved the tightened
+  ``solved_deadline_s`` and the plan's P(makespan ≤ deadline_s) is ``p_meets_deadline``.
 
 Task names of pipeline schedules are ``s{stage}/{forward|backward}/{microbatch}`` and, for
 interleaved 1F1B, ``s{stage}v{chunk}/{forward|backward}/{microbatch}`` (see
@@ -58,8 +61,14 @@ def stage_schedule(plan: Any, problem: Any = None, simulated: bool = False, *,
             entry["sm_clock_mhz"] = t.sm_clock_mhz
         devices.setdefault(t.device, []).append(entry)
     out: dict[str, Any] = {"format": SCHEDULE_FORMAT, "problem": plan.problem,
-                           "deadline_s": plan.deadline_s, "makespan_s": plan.makespan_s,
+                           "deadline_s": getattr(plan, "target_deadline_s", plan.deadline_s),
+                           "makespan_s": plan.makespan_s,
                            "energy_j": plan.energy_j, "simulated": simulated}
+    conf = plan.meta.get("confidence") if isinstance(getattr(plan, "meta", None), Mapping) else None
+    if isinstance(conf, Mapping):
+        out["confidence"] = conf.get("confidence")
+        out["solved_deadline_s"] = plan.deadline_s
+        out["p_meets_deadline"] = conf.get("p_meets_deadline")
     if problem is not None:
         out["steady_state"] = bool(problem.steady_state)
         counts = switches_per_iteration(plan, problem)

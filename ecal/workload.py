@@ -44,10 +44,16 @@ Top-level keys:
 - ``idle_power_w``: the power a device draws while it waits (e.g. Perseus' P2P-blocking power),
   one number for every device or an object per device; required unless every device has it
   under ``devices``.
-- ``transitions``: the cost of switching ω_dev on every device: ``{"constant": {"time_s",
-  "energy_j"}}``, a transition table (``frontier.transition.TransitionTable.to_dict``) inline
-  or ``{"file": PATH}`` to one. Absent: switching is free.
-- ``devices``: per device ``{"idle_power_w": W, "transitions": RULE}`` overriding the above.
+- ``transitions`` (required, unless every device has its own under ``devices`` or the
+  caller overrides them): the cost of switching ω_dev on every device: ``{"file": PATH}`` to
+  a transition table measured on the device (``ecal transitions WORKLOAD -o PATH``; pairs
+  measured, the others by the rule fitted to them), such a table inline
+  (``frontier.transition.TransitionTable.to_dict``), a constant ``{"constant": {"time_s",
+  "energy_j"}}``, or ``"free"``: switching costs nothing, an assumption every plan then
+  prints (:attr:`Workload.assumptions`). Absent: refused (:data:`MISSING_TRANSITIONS`);
+  switches are never free by accident.
+- ``devices``: per device ``{"idle_power_w": W, "transitions": RULE or "free"}`` overriding
+  the above.
 - ``steady_state``: the step repeats, so each device's switch from its last task back to its
   first is charged (default true for pipeline shapes, false for chain and dag).
 - ``ranks``: the device of rank 0, 1, … (default for pipelines: ``stage0`` …; none otherwise).
@@ -89,6 +95,17 @@ _SHAPE_KEYS = {
 }
 _DEVICE_KEYS = ("idle_power_w", "transitions")
 
+#: ``"transitions": "free"``: switching ω_dev costs nothing, said as an assumption.
+FREE = "free"
+
+#: Why a workload without ``transitions`` is refused, and the ways to give them (one line).
+MISSING_TRANSITIONS = (
+    "missing: say what a switch of clocks or power limit costs: measured on the device "
+    "(`ecal transitions WORKLOAD --device nvml:0 -o transitions.json`, then \"transitions\": "
+    "{\"file\": \"transitions.json\"}), a fitted rule or a constant (a transition table with a "
+    "\"rule\", or {\"constant\": {\"time_s\": 0.004}}), or \"transitions\": \"free\" to plan "
+    "switches as free (the plan prints it as an assumption)")
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -114,6 +131,9 @@ class Workload:
     #: element → the work it runs (``module:factory`` or a preset), when the file says or the
     #: element's name in its source is a simulated preset
     works: Mapping[str, str] = field(default_factory=dict)
+    #: what the file assumes rather than measures, one sentence each, for every plan to print
+    #: (e.g. ``switches are free (transitions: free in w.json)``)
+    assumptions: tuple[str, ...] = ()
 
 
 def is_workload(doc: Any) -> bool:
@@ -122,27 +142,37 @@ def is_workload(doc: Any) -> bool:
 
 
 def load_workload(path: str | os.PathLike, *, microbatches: int | None = None,
-                  idle_power_w: float | None = None, transitions: Any = None) -> Workload:
+                  idle_power_w: float | None = None, transitions: Any = None,
+                  require_transitions: bool = True, max_tasks: int | None = -1) -> Workload:
     """Read a workload file (format in the module docstring) into a :class:`Workload`.
 
     ``microbatches`` overrides a pipeline shape's M; ``idle_power_w`` every device's idle
-    power; ``transitions`` (a rule with ``cost(frm, to)``) every device's switching cost.
+    power; ``transitions`` (a rule with ``cost(frm, to)``) every device's switching cost (then
+    the file need not give them). ``require_transitions=False`` reads a file that gives none
+    (switches free, said in ``assumptions``): what ``ecal transitions`` does to learn which
+    operating points to measure. ``max_tasks`` (-1, the default:
+    :data:`solvers.options.DEFAULT_MAX_TASKS`; None: no limit): more tasks raise
+    :class:`solvers.model.ProblemTooLargeError` before any is built (``--max-tasks``).
     """
     from frontier.io import read_json
 
     file = str(path)
     return workload_from_dict(read_json(file), file, microbatches=microbatches,
-                              idle_power_w=idle_power_w, transitions=transitions)
+                              idle_power_w=idle_power_w, transitions=transitions,
+                              require_transitions=require_transitions, max_tasks=max_tasks)
 
 
 def workload_from_dict(doc: Any, file: str = "<workload>", *, base_dir: str | os.PathLike | None = None,
                        microbatches: int | None = None, idle_power_w: float | None = None,
-                       transitions: Any = None) -> Workload:
+                       transitions: Any = None, require_transitions: bool = True,
+                       max_tasks: int | None = -1) -> Workload:
     """Build a :class:`Workload` from a parsed workload document; relative paths resolve
     against ``base_dir`` (default: the folder of ``file``). Options as :func:`load_workload`."""
     from solvers.model import ProblemError
+    from solvers.options import DEFAULT_MAX_TASKS
 
     r = _Reader(file, Path(base_dir) if base_dir is not None else Path(file).resolve().parent)
+    r.max_tasks = DEFAULT_MAX_TASKS if max_tasks == -1 else max_tasks
     doc = r.obj("(top level)", doc)
     if doc.get("format") != WORKLOAD_FORMAT:
         raise FormatError(file, "format", f"expected {WORKLOAD_FORMAT!r}, got {doc.get('format')!r}")
@@ -176,9 +206,13 @@ def workload_from_dict(doc: Any, file: str = "<workload>", *, base_dir: str | os
                                            f"(has: {', '.join(sorted(specs)) or 'none'})")
     options = {el: r.options(el, specs[el]) for el in uses}
 
-    idle, rules = r.devices(doc, devices, idle_power_w)
+    idle, rules, free = r.devices(doc, devices, idle_power_w,
+                                  require_transitions and transitions is None)
+    assumptions: tuple[str, ...] = ()
     if transitions is not None:
         rules = {d: transitions for d in devices}
+    else:
+        assumptions = _free_assumptions(file, free)
     ranks = r.ranks(doc.get("ranks"), devices, pipeline)
     tasks = [(nm, dev, options[el]) for nm, dev, el in layout["tasks"]]
     try:
@@ -195,7 +229,24 @@ def workload_from_dict(doc: Any, file: str = "<workload>", *, base_dir: str | os
     simulated = any(bool(s.meta.get("simulated")) for el in uses for s in r.signatures_of(el))
     task_elements = {nm: el for nm, _dev, el in layout["tasks"]}
     works = {el: w for el in uses if (w := r.work_of(el)) is not None}
-    return Workload(name, file, kind, problem, steady, ranks, ready, simulated, task_elements, works)
+    return Workload(name, file, kind, problem, steady, ranks, ready, simulated, task_elements, works,
+                    assumptions)
+
+
+def _free_assumptions(file: str, free: Mapping[str, str]) -> tuple[str, ...]:
+    """The assumption sentences of the devices whose switches are free (device → the key that
+    said so, or ``""`` when nothing did and none was required)."""
+    if not free:
+        return ()
+    by_key: dict[str, list[str]] = {}
+    for d, key in free.items():
+        by_key.setdefault(key, []).append(d)
+    out = []
+    for key, devs in by_key.items():
+        where = "switches are free" if key == "transitions" else f"switches on {', '.join(devs)} are free"
+        said = f"{key}: free in {file}" if key else f"no transitions in {file}"
+        out.append(f"{where} ({said})")
+    return tuple(out)
 
 
 def _top_ready_power(sig_lists: Sequence[Sequence[Signature]],
@@ -247,6 +298,7 @@ class _Reader:
     def __init__(self, file: str, base: Path):
         self.file = file
         self.base = base
+        self.max_tasks: int | None = None      # set by workload_from_dict
         self._files: dict[tuple, tuple[dict[str, list[Signature]], dict[str, float]]] = {}
         self._specs: dict[str, _ElementSpec] = {}
         self._works: dict[str, str] = {}
@@ -424,7 +476,7 @@ class _Reader:
                 raise FormatError(self.file, "shape", str(exc)) from None
         uses: dict[str, str] = {}
         per = {inst: self._per_stage(f"shape.{inst}", shape[inst], S, v, uses) for inst in pl.INSTRUCTIONS}
-        order, edges = pl.pipeline_layout(kind, S, M, v or 1, group)
+        order, edges = pl.pipeline_layout(kind, S, M, v or 1, group, max_tasks=self.max_tasks)
         tasks = []
         dev_el: dict[str, list[str]] = {}
         for s in range(S):
@@ -441,6 +493,9 @@ class _Reader:
         raw = shape["tasks"]
         if not isinstance(raw, list) or not raw:
             raise FormatError(self.file, "shape.tasks", f"must be a non-empty list, got {_got(raw)}")
+        from solvers.limits import check_tasks
+
+        check_tasks(len(raw), self.max_tasks, f"{self.file}: shape.tasks")
         uses: dict[str, str] = {}
         tasks: list[tuple[str, str, str]] = []
         if kind == "chain":
@@ -502,7 +557,10 @@ class _Reader:
         from frontier.transition import TransitionTable
         from solvers.model import ConstantTransition
 
-        d = self.obj(path, v)
+        if not isinstance(v, dict):
+            raise FormatError(self.file, path, f'must be a transition rule (an object: "file", '
+                                               f'"constant" or a table) or "free", got {_got(v)}')
+        d = v
         if set(d) == {"constant"}:
             c = self.obj(f"{path}.constant", d["constant"])
             self.unknown(f"{path}.constant", c, ("time_s", "energy_j"))
@@ -519,7 +577,8 @@ class _Reader:
             return TransitionTable.from_dict(read_json(src), str(src))
         return TransitionTable.from_dict(d, f"{self.file}: {path}")
 
-    def devices(self, doc: Mapping, devices: Sequence[str], idle_override: float | None):
+    def devices(self, doc: Mapping, devices: Sequence[str], idle_override: float | None,
+                require_transitions: bool = True):
         per = self.obj("devices", doc.get("devices", {}))
         for d, body in per.items():
             if d not in devices:
@@ -547,14 +606,29 @@ class _Reader:
                 if d not in devices:
                     raise FormatError(self.file, f"idle_power_w.{d}", f"not a device of this shape "
                                       f"(devices: {', '.join(devices)})")
+        # transitions: a rule per device, or free where the file says "free"; never free by
+        # omission (unless the caller gives them or asks for no requirement)
         rules: dict[str, Any] = {}
-        top_rule = self.rule("transitions", doc["transitions"]) if doc.get("transitions") is not None else None
+        free: dict[str, str] = {}
+        top = doc.get("transitions")
+        top_rule = None if top is None or top == FREE else self.rule("transitions", top)
         for d in devices:
-            if per.get(d, {}).get("transitions") is not None:
-                rules[d] = self.rule(f"devices.{d}.transitions", per[d]["transitions"])
+            mine = per.get(d, {}).get("transitions")
+            key = f"devices.{d}.transitions"
+            if mine == FREE:
+                free[d] = key
+            elif mine is not None:
+                rules[d] = self.rule(key, mine)
             elif top_rule is not None:
                 rules[d] = top_rule
-        return idle, rules
+            elif top == FREE:
+                free[d] = "transitions"
+            elif require_transitions:
+                raise FormatError(self.file, "transitions", MISSING_TRANSITIONS.replace(
+                    "WORKLOAD", self.file))
+            else:
+                free[d] = ""
+        return idle, rules, free
 
     def ranks(self, v: Any, devices: Sequence[str], pipeline: bool) -> tuple[str, ...] | None:
         if v is None:

@@ -19,6 +19,14 @@ then predicts with the algebra and measures:
 and prints predicted vs measured with the Eq. 23 flags (``frontier.deviation``), writing JSON to
 ``experiments/results/gpu_validate.json``.
 
+The device-level checks come first and are those of ``ecal selftest`` (:mod:`measure.selftest`:
+counter period, counter read cost, ready power, each with its verdict, under ``"selftest"`` in
+the JSON); the ready power they measure is the one every point here subtracts. Run ``ecal
+selftest --device nvml:N`` on its own for the rest (deep idle before a CUDA context, SM-split
+scaling, disjoint partitions). Green-context co-runs take their partitions from one split of
+the device (:func:`measure.sm_alloc.split_sms`); where only overlapping contexts exist, the JSON
+says so (``"partitions"``).
+
 Usage::
 
     python experiments/gpu_validate.py                 # real GPU 0 (torch + nvidia-ml-py)
@@ -52,7 +60,8 @@ BUDGET_S = 210.0                           # stop starting new steps after this 
 
 def plan() -> list[dict[str, Any]]:
     """The steps, in order, with a rough device-time estimate each (s)."""
-    steps = [{"step": "ready power (read-only, current settings)", "estimate_s": 4}]
+    steps = [{"step": "selftest checks: counter period, read cost, ready power (read-only)",
+              "estimate_s": 6}]
     steps += [{"step": f"characterize {e}", "estimate_s": 4} for e in ("gemm_bf16_8192", "copy_2GiB")]
     steps += [{"step": f"characterize attention κ={b}", "estimate_s": 5} for b in BACKENDS]
     steps += [{"step": f"characterize gemm_bf16_8192 on {n} SMs (green context)", "estimate_s": 4}
@@ -122,6 +131,7 @@ class TorchBackend:
         self.gemm = _named(lambda: torch.matmul(a, b, out=c), "gemm_bf16_8192")
         self.copy = _named(lambda: dst.copy_(src), "copy_2GiB")
         self.attention = {bk: self._attention(bk, q, k, v) for bk in BACKENDS}
+        self.partitions: dict[str, Any] = {}
 
     def _attention(self, backend: str, q: Any, k: Any, v: Any) -> Callable[[], Any]:
         from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -149,25 +159,33 @@ class TorchBackend:
             work()
         return run
 
-    def _stream(self, sm: int | None) -> Any:
+    def _streams(self, sms: list[int | None]) -> list[Any]:
+        """One stream per branch: on the whole device for ``None``; partitions of one split of
+        the device when every branch names its SMs (``measure.sm_alloc.split_sms``: disjoint
+        through cuda-python, else overlapping contexts, recorded in ``self.partitions``)."""
         torch = self.torch
-        if sm is None or sm >= self.sm_total:
-            return torch.cuda.Stream(self.index)
-        from measure.sm_alloc import cached_allocation
+        if any(sm is None or sm >= self.sm_total for sm in sms):
+            return [torch.cuda.Stream(self.index) for _ in sms]
+        from measure.sm_alloc import split_sms
 
-        ctx = cached_allocation(sm, self.index, torch).context
-        if hasattr(ctx, "Stream"):
-            return ctx.Stream()
-        ctx.set_context()           # a stream belongs to the context current at its creation
-        try:
-            return torch.cuda.Stream(self.index)
-        finally:
-            ctx.pop_context()
+        split = split_sms([int(sm) for sm in sms], self.index, torch, sm_total=self.sm_total)
+        self.partitions["+".join(str(sm) for sm in sms)] = split.to_dict()
+        out = []
+        for p in split.partitions:
+            if p.stream is not None:
+                out.append(p.stream)
+                continue
+            p.context.set_context()     # a stream belongs to the context current at its creation
+            try:
+                out.append(torch.cuda.Stream(self.index))
+            finally:
+                p.context.pop_context()
+        return out
 
     def par_work(self, streams: list[tuple[Any, int, int | None]]) -> Callable[[], None]:
         """One invocation = each (work, k, sm_count) on its own stream, started together."""
         torch = self.torch
-        cuda_streams = [self._stream(sm) for _, _, sm in streams]
+        cuda_streams = self._streams([sm for _, _, sm in streams])
 
         def run() -> None:
             cur = torch.cuda.current_stream(self.index)
@@ -218,7 +236,10 @@ def run(backend: Any, budget_s: float = BUDGET_S, out: Path | None = None, quiet
         return False
 
     with restoring(dev):
-        ready = measure_ready_power_w(dev, proto)
+        checks = device_checks(dev, proto)
+        for c in checks:
+            log(f"selftest {c.name}: {c.verdict} ({c.detail})")
+        ready = checks[-1].value if checks[-1].value else measure_ready_power_w(dev, proto)
         log(f"ready power {ready:.1f} W on {dev.name}")
 
         def char(name: str, work: Any, grid: Any = None) -> None:
@@ -278,12 +299,22 @@ def run(backend: Any, budget_s: float = BUDGET_S, out: Path | None = None, quiet
         "signatures": {k: _sig_row(s) for k, s in sigs.items()}, "comparisons": comparisons,
         "flagged": [c["name"] for c in comparisons if c["deviation"]["flagged"]],
         "closed_loop": loop,
+        "selftest": [c.to_dict() for c in checks],
+        "partitions": getattr(backend, "partitions", {}),
     }
     if out is not None:
         from frontier.io import write_json_atomic
 
         write_json_atomic(out, result)
     return result
+
+
+def device_checks(dev: Any, proto: Any) -> list[Any]:
+    """The read-only device checks shared with ``ecal selftest`` (ready power last)."""
+    from measure.selftest import check_counter_period, check_counter_read_cost, check_ready_power
+
+    return [check_counter_period(dev, proto), check_counter_read_cost(dev, proto),
+            check_ready_power(dev, proto)]
 
 
 def closed_loop(backend: Any, proto: Any, ready_w: float, gemm: Any, copy: Any, attention: Any,

@@ -38,12 +38,12 @@ from typing import Literal
 
 import numpy as np
 
-from .errors import EnergyCalculusError
+from .errors import InputError
 
 Monotone = Literal["increasing", "decreasing"] | None
 
 
-class BoundsError(EnergyCalculusError):
+class BoundsError(InputError):
     """Bad input to a bound (lengths differ, NaN, lo > hi, axis not sorted...)."""
 
 

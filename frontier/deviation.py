@@ -19,9 +19,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from statistics import NormalDist
 from typing import Any
-
-from scipy.stats import norm
 
 from .compose import seq
 from .errors import CompositionError
@@ -40,7 +39,7 @@ def critical_value(alpha: float = 0.05, n_tests: int = 1) -> float:
     k = int(n_tests)
     if k < 1:
         raise ValueError(f"n_tests must be >= 1, got {n_tests!r}")
-    return float(norm.ppf(1.0 - a / (2.0 * k)))
+    return float(NormalDist().inv_cdf(1.0 - a / (2.0 * k)))
 
 
 def _z(err: float, sd: float) -> float:

@@ -42,7 +42,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from .compose import MaxMethod, par
-from .errors import CompositionError, EnergyCalculusError
+from .errors import CompositionError, InputError
 from .operating_point import OperatingPoint
 from .signature import Signature
 
@@ -52,7 +52,7 @@ MEASURED_JOINTLY = "measured jointly"
 C_ALPHA = 1.96
 
 
-class InteractionTableError(EnergyCalculusError):
+class InteractionTableError(InputError):
     """An interaction table is inconsistent (two entries for one pair, a composed signature
     given as a measurement, a signature at another ω_dev than its key)."""
 

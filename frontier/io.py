@@ -61,12 +61,14 @@ composition once per target).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import io
 import json
 import math
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -96,6 +98,7 @@ from .deviation import DeviationResult, critical_value, deviation
 from .errors import EnergyCalculusError, FormatError
 from .operating_point import OperatingPoint
 from .signature import Signature
+from .units import energy_unit, pm, time_unit
 
 SCHEMA_VERSION = 1
 UNITS = MappingProxyType({"time": "s", "energy": "J", "power": "W"})
@@ -152,23 +155,122 @@ def fsync_dir(folder: str | os.PathLike) -> None:
         os.close(fd)
 
 
+class UnsafePathError(EnergyCalculusError):
+    """Writing a path would follow a symlink another user owns, or write through a symlink
+    into a file another user owns (see :func:`check_own_path`). One line naming the path;
+    ``path`` (as given) and ``problem`` (the rest of the line)."""
+
+    def __init__(self, path: str, problem: str):
+        self.path, self.problem = str(path), problem
+        super().__init__(f"{path}: {problem}")
+
+
+#: Most symlinks followed while resolving one path (as the kernel's ELOOP limit).
+_MAX_LINKS = 40
+
+
+def check_own_path(path: str | os.PathLike, *, through_last: bool = True) -> str:
+    """The real path a write to ``path`` lands on, after checking that no one else chose it.
+
+    The path is resolved one component at a time. Every symlink met on the way must be owned
+    by the caller (effective uid) or by root (system links such as ``/var/run``): a link
+    another user owns may have been planted to send the caller's (e.g. root's) output into a
+    file of the planter's choice, so it is refused. With ``through_last`` (a writer that opens
+    the path and writes into the file it names: ``-o`` through a link, a results log), a final
+    symlink is followed and, when its target exists, the target must be owned by the caller
+    too. Without it (a writer that renames a temp file onto ``path``, which replaces a final
+    link as a directory entry and never writes through it) the final component is not
+    followed. Raises :class:`UnsafePathError` naming ``path``; a missing component ends the
+    walk (what is created there is created by the caller)."""
+    me = os.geteuid() if hasattr(os, "geteuid") else None
+    given = os.fspath(path)
+    full = given if os.path.isabs(given) else os.path.join(os.getcwd(), given)
+    todo = list(reversed(Path(full).parts))        # ".." kept: resolved against real folders
+    cur, hops, via_link = "", 0, False        # via_link: the last component was a link
+    while todo:
+        part = todo.pop()
+        if not cur:
+            cur = part                 # the root ("/")
+            continue
+        if part in ("", "."):
+            continue
+        if part == "..":
+            cur = os.path.dirname(cur) or cur
+            continue
+        nxt = os.path.join(cur, part)
+        final = not todo
+        try:
+            st = os.lstat(nxt)
+        except OSError:
+            return os.path.join(nxt, *reversed(todo))     # the rest does not exist yet
+        if not stat.S_ISLNK(st.st_mode) or (final and not through_last):
+            cur = nxt
+            continue
+        if me is not None and st.st_uid not in (me, 0):
+            raise UnsafePathError(given, f"{nxt} is a symlink owned by another user (uid "
+                                         f"{st.st_uid}); refusing to write through it (remove "
+                                         "it, or give the path it points to)")
+        hops += 1
+        if hops > _MAX_LINKS:
+            raise UnsafePathError(given, "too many levels of symlinks")
+        via_link = via_link or final   # within a final link's target it stays set
+        target = os.readlink(nxt)
+        if os.path.isabs(target):
+            cur = ""                   # restart at the root the target names
+        todo.extend(reversed(Path(target).parts))
+    if through_last and via_link and me is not None:
+        try:
+            st = os.stat(cur)
+        except OSError:
+            return cur
+        if st.st_uid != me:
+            raise UnsafePathError(given, f"is a symlink to {cur}, a file owned by another user "
+                                         f"(uid {st.st_uid}); refusing to write through it")
+    return cur
+
+
+def _naming(exc: OSError, path: str | os.PathLike) -> OSError:
+    """``exc`` restated about ``path`` when it names no file or the temp file of ``path``
+    (a full disk during a write names none; mkstemp and the rename name the temp): the
+    one-line error then names the file the user asked for. An error that names another file
+    (a folder that could not be created) is kept as it is."""
+    p = Path(path)
+    names = [n for n in (exc.filename, exc.filename2) if n is not None]
+    temp = f".{p.name}.tmp."
+    if not names or any(os.path.basename(os.fspath(n)).startswith(temp) for n in names):
+        return OSError(exc.errno, exc.strerror or str(exc), os.fspath(path))
+    return exc
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
     """Create ``path`` atomically: ``write(tmp)`` fills a temp file in the same folder (with the
     same suffix, so writers that infer a format from it work), which is fsynced and renamed into
-    place; a reader never sees a partial file and a failure leaves the old one untouched."""
+    place; a reader never sees a partial file and a failure leaves the old one untouched.
+
+    The rename replaces ``path`` as a directory entry: a symlink there is replaced by the new
+    file, never written through. A folder on the way that is a symlink another user owns is
+    refused (:func:`check_own_path`). An :class:`OSError` (a full disk, a read-only file
+    system, permission denied) names ``path``, never the temp file."""
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.tmp.", suffix=p.suffix, dir=p.parent)
-    os.close(fd)
+    check_own_path(p, through_last=False)
+    tmp = ""
     try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.tmp.", suffix=p.suffix, dir=p.parent)
+        os.close(fd)
         os.chmod(tmp, file_mode())   # mkstemp makes 0600; give the file the usual permissions
         write(tmp)
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    except BaseException as exc:
+        if tmp and os.path.lexists(tmp):
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        if isinstance(exc, OSError):
+            named = _naming(exc, p)
+            if named is not exc:
+                raise named from exc
         raise
     return p
 
@@ -262,15 +364,32 @@ def read_text(path: str | os.PathLike, what: str = "text") -> str:
                                        f"line {line})") from None
 
 
+class _DuplicateKey(Exception):
+    """A JSON object names one key twice (args[0]: the key)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateKey(k[:80])
+        out[k] = v
+    return out
+
+
 def read_json(path: str | os.PathLike) -> Any:
     """Parse a JSON file; errors are :class:`FormatError`: invalid JSON names line and column,
     a NaN/Infinity literal or a number that overflows a float names its field; a UTF-8 BOM is
-    accepted; binary or non-UTF-8 files are refused."""
+    accepted; binary or non-UTF-8 files are refused; a key given twice in one object is
+    refused (naming the key), never silently overwritten."""
     p = str(path)
     text = read_text(p, "JSON text")
     try:
         doc = json.loads(text, parse_int=_parse_int, parse_float=_parse_float,
-                         parse_constant=_parse_constant)
+                         parse_constant=_parse_constant, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise FormatError(p, str(exc.args[0]), "given twice in one object (the later one "
+                                               "would silently win)") from None
     except json.JSONDecodeError as exc:
         raise FormatError(p, f"line {exc.lineno} column {exc.colno}", f"invalid JSON: {exc.msg}") from None
     except RecursionError:
@@ -603,21 +722,14 @@ def _measured_s(file: str, path: str, d: Mapping, predicted: Signature, t: float
 
 # -- workbooks ----------------------------------------------------------------------------------------
 
-def _sig(v: float, digits: int = 4) -> str:
-    if v == 0 or not math.isfinite(v):
-        return f"{v:g}"
-    decimals = max(0, digits - 1 - int(math.floor(math.log10(abs(v)))))
-    return f"{v:.{decimals}f}"
+def _fmt_t(t: float, sd: float | None = None, unit: tuple[float, str] | None = None) -> str:
+    scale, name = unit or time_unit([t])
+    return f"{pm(t, sd, scale)} {name}"
 
 
-def _fmt_t(t: float, sd: float | None = None) -> str:
-    scale, unit = (1.0, "s") if t >= 1 else (1e3, "ms") if t >= 1e-3 else (1e6, "us")
-    return _sig(t * scale) + (f" ± {sd * scale:.2g}" if sd is not None else "") + f" {unit}"
-
-
-def _fmt_e(e: float, sd: float | None = None) -> str:
-    scale, unit = (1.0, "J") if e >= 10 else (1e3, "mJ")
-    return _sig(e * scale) + (f" ± {sd * scale:.2g}" if sd is not None else "") + f" {unit}"
+def _fmt_e(e: float, sd: float | None = None, unit: tuple[float, str] | None = None) -> str:
+    scale, name = unit or energy_unit([e])
+    return f"{pm(e, sd, scale)} {name}"
 
 
 @dataclass(frozen=True)
@@ -637,12 +749,16 @@ class CompositionEntry:
             return None
         return deviation(self.predicted, self.measured, alpha, bias_aware, n_tests, name=self.name)
 
-    def summary(self, alpha: float = 0.05) -> str:
-        """One line: predicted T and E with σ and the Eq. 13 bias bound."""
+    def summary(self, alpha: float = 0.05, t_unit: tuple[float, str] | None = None,
+                e_unit: tuple[float, str] | None = None) -> str:
+        """One line: predicted T and E with σ and the Eq. 13 bias bound (``t_unit``/``e_unit``:
+        (scale, name) from :mod:`frontier.units`, so that every line of a table shares them)."""
         p = self.predicted
         b = p.bias_bound_j(critical_value(alpha))
-        return (f"{self.name}: T = {_fmt_t(p.time_s, p.sd_time_s)}  E = {_fmt_e(p.energy_j, p.sd_energy_j)}"
-                f"  bias bound {_fmt_e(b)} (c_a={critical_value(alpha):.3g})")
+        e_unit = e_unit or energy_unit([p.energy_j, b])
+        return (f"{self.name}: T = {_fmt_t(p.time_s, p.sd_time_s, t_unit)}  "
+                f"E = {_fmt_e(p.energy_j, p.sd_energy_j, e_unit)}"
+                f"  bias bound {_fmt_e(b, None, e_unit)} (c_a={critical_value(alpha):.3g})")
 
     def to_dict(self, alpha: float = 0.05) -> dict[str, Any]:
         """JSON-ready dict: predicted values, σ, bias bound at c_α, measured values if any."""
@@ -686,7 +802,11 @@ class Workbook:
 
     def summary_lines(self, alpha: float = 0.05) -> list[str]:
         """One line per composition (predicted T, E ± σ, bias bound): what ``ecal compose`` prints."""
-        return [e.summary(alpha) for e in self.entries]
+        c = critical_value(alpha)
+        t_unit = time_unit(e.predicted.time_s for e in self.entries)
+        e_unit = energy_unit([x for e in self.entries
+                              for x in (e.predicted.energy_j, e.predicted.bias_bound_j(c))])
+        return [e.summary(alpha, t_unit, e_unit) for e in self.entries]
 
     def to_dict(self, alpha: float = 0.05, bias_aware: bool = False, n_tests: int = 1) -> dict[str, Any]:
         """JSON-ready dict of every composition (prediction, measurement, deviation)."""
@@ -702,16 +822,19 @@ class Workbook:
 
 
 _WB_FIELDS = {"schema_version", "units", "description", "defaults", "signatures", "compositions", "source"}
+#: Informational blocks the tool's own signature files carry (``ecal characterize``'s and
+#: ``ecal frontier -o``'s ``meta``, a store export's ``store``): a workbook may start as one.
+_WB_INFO_FIELDS = {"meta", "store"}
 
 
 def parse_workbook(doc: Any, file: str = "<workbook>") -> Workbook:
     """Build a :class:`Workbook` from an already-parsed JSON document."""
     doc = _check_header(file, doc)
-    _unknown(file, "", doc, _WB_FIELDS)
+    _unknown(file, "", doc, _WB_FIELDS | _WB_INFO_FIELDS)
     sigs = _parse_signatures(file, doc)
     env = _Env(file, sigs)
     entries = []
-    for i, c in enumerate(_list(file, "compositions", doc.get("compositions"), nonempty=False)):
+    for i, c in enumerate(_list(file, "compositions", doc.get("compositions", []), nonempty=False)):
         path = f"compositions[{i}]"
         c = _obj(file, path, c)
         _unknown(file, path, c, ("name", "expr", "measured", "description"))

@@ -38,6 +38,7 @@ from .compose import par, par_multi, seq
 from .errors import CompositionError, EnergyCalculusError, FormatError
 from .operating_point import OperatingPoint
 from .signature import Signature
+from .units import pm
 
 Criterion = Literal["TE", "Td", "Tsd"]
 CRITERIA: tuple[str, ...] = ("TE", "Td", "Tsd")
@@ -76,9 +77,7 @@ def point_label(sig: Signature) -> str:
 # ---------------------------------------------------------------------------------------------
 
 def _fmt_pm(v: float, sd: float, scale: float, digits: int = 4) -> str:
-    if sd > 0:
-        return f"{v * scale:.{digits}g} ± {sd * scale:.2g}"
-    return f"{v * scale:.{digits}g}"
+    return pm(v, sd, scale, digits)
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import EnergyCalculusError, FormatError
+from .errors import EnergyCalculusError, FormatError, InputError
 from .operating_point import OperatingPoint
 from .signature import Signature
 
@@ -69,7 +69,7 @@ RULE_FEATURES: tuple[str, ...] = ("intercept", "d_sm_clock_ghz", "d_mem_clock_gh
 ON_UNPRICED = ("auto", "error", "free")
 
 
-class TransitionRuleError(EnergyCalculusError):
+class TransitionRuleError(InputError):
     """A switch that no measured pair, rule or default of a transition table prices."""
 
 

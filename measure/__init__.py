@@ -67,7 +67,8 @@ from .execute import (
 )
 from .factory import ResolvedWork, UserCodeError, load_work, open_device, resolve_work
 from .grid import Grid, GridError, default_grid, parse_grid
-from .locks import LockedError
+from .journal import CorruptJournalError, JournalWriteError, UntrustedJournalError
+from .locks import LockedError, UnsafeFileError, UnsafeStateDirError
 from .nvml import GpuLostError, NVMLDevice, RestoreFailedError, cuda_index_for
 from .protocol import NAIVE_5S, Protocol, measure_point, measure_ready_power_w
 from .replay import (
@@ -89,6 +90,8 @@ __all__ = [
     "FeatureUnavailableError", "OperatingSet", "restoring",
     "SimulatedGPU", "SimKernel", "SimSpec", "H200", "PRESETS", "preset", "list_presets",
     "NVMLDevice", "GpuLostError", "RestoreFailedError", "LockedError", "cuda_index_for",
+    "CorruptJournalError", "JournalWriteError", "UntrustedJournalError", "UnsafeFileError",
+    "UnsafeStateDirError",
     "Protocol", "NAIVE_5S", "measure_point", "measure_ready_power_w",
     "Grid", "GridError", "parse_grid", "default_grid", "sweep", "ReadyPowerCache", "SweepResult", "Progress", "print_progress",
     "characterize", "CharacterizationResult", "save_characterizations", "PlanApplier",

@@ -86,7 +86,7 @@ from typing import Any, Literal
 import numpy as np
 
 from frontier.bounds import UNBOUNDED, Interval, dominating, merge_close, shape_bound
-from frontier.errors import EnergyCalculusError
+from frontier.errors import InputError
 from frontier.operating_point import OperatingPoint
 from frontier.signature import Signature
 
@@ -123,7 +123,7 @@ MIN_PLATEAU_POINTS = 3
 SkipReason = Literal["dominated", "predicted", "unresolved"]
 
 
-class AdaptiveError(EnergyCalculusError):
+class AdaptiveError(InputError):
     """Bad input to adaptive characterization (grid, coarse grid, criterion, tolerances)."""
 
 

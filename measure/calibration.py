@@ -215,3 +215,59 @@ def corun_table(rows: list[dict[str, Any]], size_factor: float = 1.5) -> str:
             f"{yn(r['time_agrees']['direction'])} / {yn(r['energy_agrees']['direction'])} | "
             f"{yn(r['time_agrees']['size'])} / {yn(r['energy_agrees']['size'])} |")
     return "\n".join(out)
+
+
+# -- co-runs at SM splits: the regimes the real data do not cover ------------------------------
+
+#: Co-runs in SM partitions (green contexts) with no real counterpart in ``data/h200``: name,
+#: whether the partitions are disjoint as granted (else they overlap and the simulator shrinks
+#: them to fit), the (element, SMs) streams, and the seconds each stream runs alone (its
+#: invocation count is set from that; None: one invocation each, as the demo's tasks run).
+SPLIT_CORUNS: tuple[tuple[str, bool, tuple[tuple[str, int], ...], float | None], ...] = (
+    ("gemm8192@64 ∥ copy@64", True, (("gemm_bf16_8192", 64), ("copy_2GiB", 64)), 0.3),
+    ("gemm8192@96 ∥ copy@32", True, (("gemm_bf16_8192", 96), ("copy_2GiB", 32)), 0.3),
+    ("gemm8192@112 ∥ copy@16", True, (("gemm_bf16_8192", 112), ("copy_2GiB", 16)), 0.3),
+    ("gemm8192@120 ∥ copy@8", True, (("gemm_bf16_8192", 120), ("copy_2GiB", 8)), 0.3),
+    ("gemm8192@72 ∥ copy@72", False, (("gemm_bf16_8192", 72), ("copy_2GiB", 72)), 0.3),
+    ("stage_forward@120 ∥ p2p_send@8", True, (("stage_forward", 120), ("p2p_send", 8)), None),
+    ("stage_forward@112 ∥ p2p_send@16", True, (("stage_forward", 112), ("p2p_send", 16)), None),
+    ("stage_forward@96 ∥ p2p_send@32", True, (("stage_forward", 96), ("p2p_send", 32)), None),
+)
+
+
+def simulate_split_coruns(seed: int = 0, spec: SimSpec = H200, protocol: Protocol | None = None,
+                          only: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    """Each :data:`SPLIT_CORUNS` co-run on a simulated H200 (``spec``) with the project's
+    protocol, from the null context: the streams started together in their SM partitions
+    (one ``run_parallel`` call), against ⊕ of the elements measured alone in the same
+    partitions. Rows ``{corun, disjoint, counts, sim_time_s, sim_energy_j, sim_pred_time_s,
+    sim_pred_energy_j, sim_dev_time_pct, sim_dev_energy_pct}`` (no real column: the real data
+    hold no such co-run)."""
+    from frontier.compose import par, seq
+
+    proto = protocol or Protocol()
+    gpu = SimulatedGPU(seed=seed, spec=spec)
+    gpu.seed_point("ready")
+    ready = measure_ready_power_w(gpu, proto)
+    rows = []
+    for name, disjoint, parts, run_s in SPLIT_CORUNS:
+        if only is not None and name not in only:
+            continue
+        counts = [1 if run_s is None else
+                  max(1, round(run_s / gpu.kernel_state(PRESETS[e], sm_count=sm).time_s))
+                  for e, sm in parts]
+        chains = []
+        for (e, sm), n in zip(parts, counts):
+            gpu.seed_point(f"{e}@{sm}")
+            el = measure_point(gpu, PRESETS[e], f"{e}@{sm}", proto, ready_w=ready, sm_count=sm)
+            chains.append(seq([el] * n, name=f"{e}@{sm}x{n}"))
+        pred = par(chains, name=name)
+        streams = [(PRESETS[e], n, sm) for (e, sm), n in zip(parts, counts)]
+        gpu.seed_point(name)
+        sig = measure_point(gpu, lambda s=streams: gpu.run_parallel(s), name, proto, ready_w=ready)
+        rows.append({"corun": name, "disjoint": disjoint, "counts": counts,
+                     "sim_time_s": sig.time_s, "sim_energy_j": sig.energy_j,
+                     "sim_pred_time_s": pred.time_s, "sim_pred_energy_j": pred.energy_j,
+                     "sim_dev_time_pct": _dev_pct(sig.time_s, pred.time_s),
+                     "sim_dev_energy_pct": _dev_pct(sig.energy_j, pred.energy_j)})
+    return rows

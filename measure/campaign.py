@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from frontier.errors import EnergyCalculusError, FormatError
+from frontier.errors import FormatError, InputError
 from frontier.operating_point import OperatingPoint
 
 from .device import Device, DeviceError
@@ -60,10 +60,15 @@ CAMPAIGN_FORMAT = "energy-calculus/campaign"
 _TOP_FIELDS = {"format", "name", "device", "seed", "gpu_model", "accelerator_type", "elements",
                "grid", "protocol", "store", "max_retries", "simulate"}
 _ELEMENT_FIELDS = {"name", "work", "kappas", "grid"}
-_SIM_FIELDS = {"fail_once_dir"}
+#: ``simulate`` (tests, simulated GPUs only): ``fail_once_dir``: the first attempt of every
+#: unit fails (a marker file per unit in that folder); ``unit_delay_s``: each unit first waits
+#: this long (real time), so a campaign on the simulator lasts long enough to be interrupted.
+_SIM_FIELDS = {"fail_once_dir", "unit_delay_s"}
+#: Longest campaign or element name (they are keys in the store and appear in messages).
+MAX_NAME = 256
 
 
-class CampaignError(EnergyCalculusError):
+class CampaignError(InputError):
     """A campaign cannot run or some of its units failed (one-line message)."""
 
 
@@ -140,87 +145,297 @@ class Unit:
 
 # -- the campaign file --------------------------------------------------------------------------
 
+#: Largest campaign file read (bytes): the example is 1 KB; 2 MiB is ~25,000 elements.
+MAX_CAMPAIGN_BYTES = 2 * 1024 * 1024
+#: Most values (nodes) a YAML campaign may hold once its aliases are expanded: an anchor may
+#: be reused (``protocol: *fast``), but an alias bomb (aliases of aliases, each level
+#: multiplying the size) is refused before anything reads the expanded value.
+MAX_YAML_NODES = 200_000
+#: Most characters of scalars a YAML campaign may hold once its aliases are expanded (a file
+#: without aliases never exceeds it: its scalars are no longer than the file).
+MAX_YAML_CHARS = MAX_CAMPAIGN_BYTES
+#: Deepest nesting of a YAML campaign (a campaign needs 4 levels).
+MAX_YAML_DEPTH = 100
+#: Most units (element × κ × grid point) one campaign may have: each is a sweep on a GPU,
+#: so 100,000 is already months of GPU time; the count is taken before any unit is made.
+MAX_UNITS = 100_000
+_FLOAT_MAX = 1.7976931348623157e308
+
+
+def _show(v: Any, width: int = 60) -> str:
+    """A short repr of a value from a campaign file for an error message: bounded work and
+    length whatever the value (a deep or alias-shared structure is never expanded)."""
+    import reprlib
+
+    r = reprlib.Repr()
+    r.maxlevel, r.maxlist, r.maxtuple, r.maxdict, r.maxset = 2, 4, 4, 4, 4
+    r.maxstring = r.maxother = r.maxlong = width
+    return _clip(r.repr(v), width)
+
+
+def _clip(text: str, width: int = 200) -> str:
+    """``text`` on one line, at most ``width`` characters (a longer one ends with ``...``)."""
+    text = " ".join(text[:width * 2].split())
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+class _Refused(Exception):
+    """A YAML document this reader refuses (raised inside the loader): line (1-based) and why."""
+
+    def __init__(self, line: int | None, why: str):
+        super().__init__(why)
+        self.line, self.why = line, why
+
+
+def _strict_yaml_loader() -> type:
+    """A ``yaml.SafeLoader`` subclass that refuses, with the line: nesting deeper than
+    :data:`MAX_YAML_DEPTH`, a document whose aliases expand past :data:`MAX_YAML_NODES` values
+    or :data:`MAX_YAML_CHARS` characters (checked on the composed node graph, before anything
+    is constructed, in time proportional to the file), a recursive alias, a key given twice in
+    one mapping, and numbers that are not finite 64-bit floats (``.nan``, ``.inf``, ``1e999``,
+    integer literals of more than 309 digits)."""
+    import math
+
+    import yaml
+    from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+
+    def line_of(node: Any) -> int | None:
+        mark = getattr(node, "start_mark", None)
+        return None if mark is None else mark.line + 1
+
+    class StrictLoader(yaml.SafeLoader):
+        _depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            self._depth += 1
+            try:
+                if self._depth > MAX_YAML_DEPTH:
+                    raise _Refused(self.peek_event().start_mark.line + 1,
+                                   f"nested deeper than {MAX_YAML_DEPTH} levels")
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= 1
+
+        def compose_document(self) -> Any:
+            node = super().compose_document()
+            _check_expansion(node)
+            return node
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            if isinstance(node, MappingNode):
+                first: dict[Any, int | None] = {}
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":
+                        continue
+                    key = self.construct_object(key_node, deep=True)
+                    try:
+                        hash(key)
+                    except TypeError:
+                        continue            # the base class refuses it ("unhashable key")
+                    if key in first:
+                        raise _Refused(line_of(key_node),
+                                       f"key {_show(key)} given twice (first at line "
+                                       f"{first[key]}); the later one would silently win")
+                    first[key] = line_of(key_node)
+            return super().construct_mapping(node, deep=deep)
+
+        def construct_yaml_float(self, node: Any) -> Any:
+            v = super().construct_yaml_float(node)
+            if not math.isfinite(v):
+                raise _Refused(line_of(node), f"number {_show(node.value, 24)} is not a finite "
+                                              "64-bit float (NaN, infinity or overflow)")
+            return v
+
+        def construct_yaml_int(self, node: Any) -> Any:
+            digits = sum(c.isdigit() for c in node.value)
+            if digits > 309:
+                raise _Refused(line_of(node), f"integer of {digits} digits overflows a 64-bit "
+                                              "float")
+            v = super().construct_yaml_int(node)
+            if abs(v) > _FLOAT_MAX:
+                raise _Refused(line_of(node), f"integer {_show(node.value, 24)} overflows a "
+                                              "64-bit float")
+            return v
+
+    StrictLoader.add_constructor("tag:yaml.org,2002:float", StrictLoader.construct_yaml_float)
+    StrictLoader.add_constructor("tag:yaml.org,2002:int", StrictLoader.construct_yaml_int)
+
+    def _check_expansion(root: Any) -> None:
+        # sizes of every distinct node once expanded, memoised: an alias adds its target's size
+        # without being walked again, so a bomb is measured (and refused) in linear time
+        size: dict[int, tuple[int, int]] = {}
+        open_: set[int] = set()
+        stack: list[tuple[Any, bool]] = [(root, False)]
+        while stack:
+            node, closing = stack.pop()
+            k = id(node)
+            if isinstance(node, ScalarNode):
+                kids: list[Any] = []
+            elif isinstance(node, SequenceNode):
+                kids = list(node.value)
+            elif isinstance(node, MappingNode):
+                kids = [x for pair in node.value for x in pair]
+            else:
+                kids = []
+            if closing:
+                open_.discard(k)
+                n = 1 + sum(size[id(c)][0] for c in kids)
+                c = (len(node.value) if isinstance(node, ScalarNode) else 0) + \
+                    sum(size[id(x)][1] for x in kids)
+                size[k] = (n, c)
+                if n > MAX_YAML_NODES:
+                    raise _Refused(line_of(node), f"the document expands to more than "
+                                                  f"{MAX_YAML_NODES:,} values (YAML aliases "
+                                                  "multiplying one another?)")
+                if c > MAX_YAML_CHARS:
+                    raise _Refused(line_of(node), f"the document expands to more than "
+                                                  f"{MAX_YAML_CHARS:,} characters (YAML "
+                                                  "aliases multiplying one another?)")
+                continue
+            if k in size:
+                continue
+            if k in open_:
+                raise _Refused(line_of(node), "a YAML alias refers to a value that contains "
+                                              "it (a recursive structure)")
+            open_.add(k)
+            stack.append((node, True))
+            stack.extend((x, False) for x in reversed(kids))
+
+    return StrictLoader
+
+
 def load_campaign(path: str | os.PathLike) -> CampaignSpec:
-    """Read a campaign file (``.yaml``/``.yml`` needs PyYAML; anything else is JSON). Errors are
-    :class:`FormatError` naming the file and the field."""
+    """Read a campaign file: ``.yaml``/``.yml`` with PyYAML through a strict loader
+    (:func:`_strict_yaml_loader`: no alias bombs, no duplicate keys, finite numbers, bounded
+    depth), anything else as JSON through :func:`frontier.io.read_json` (finite numbers,
+    bounded depth). Either way a UTF-8 BOM is accepted and a binary or non-UTF-8 file refused;
+    the file may hold at most :data:`MAX_CAMPAIGN_BYTES`. Errors are one-line
+    :class:`FormatError` naming the file and the line or field, and never quote more than a
+    short, truncated piece of a value."""
+    from frontier.io import read_json, read_text
+
     file = str(path)
-    text = Path(path).read_text(encoding="utf-8")
+    try:
+        n_bytes = os.stat(file).st_size
+    except OSError as exc:
+        raise FormatError(file, "(file)", f"cannot read: {exc.strerror or exc}") from None
+    if n_bytes > MAX_CAMPAIGN_BYTES:
+        raise FormatError(file, "(file)", f"{n_bytes:,} bytes; a campaign file may hold at most "
+                                          f"{MAX_CAMPAIGN_BYTES:,}")
     if file.lower().endswith((".yaml", ".yml")):
         try:
             import yaml
         except ImportError:
             raise CampaignError(f"{file}: reading YAML needs PyYAML (pip install pyyaml), or "
                                 "give the campaign as JSON") from None
+        text = read_text(file, "YAML text")
+        loader = _strict_yaml_loader()(text)
         try:
-            doc = yaml.safe_load(text)
+            doc = loader.get_single_data()
+        except _Refused as exc:
+            raise FormatError(file, f"line {exc.line}" if exc.line else "(file)", exc.why) from None
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark or exc.context_mark
+            where = f"line {mark.line + 1} column {mark.column + 1}" if mark else "(file)"
+            why = exc.problem or exc.context or type(exc).__name__
+            raise FormatError(file, where, f"invalid YAML: {_clip(why)}") from None
         except yaml.YAMLError as exc:
-            raise FormatError(file, "content", f"invalid YAML: {str(exc).splitlines()[0]}") from None
+            raise FormatError(file, "(file)", f"invalid YAML: {_clip(str(exc))}") from None
+        except RecursionError:
+            raise FormatError(file, "(file)", f"YAML nested too deeply (limit "
+                                              f"{MAX_YAML_DEPTH})") from None
+        finally:
+            loader.dispose()
     else:
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise FormatError(file, "content", f"invalid JSON: {exc.msg} (line {exc.lineno})") from None
+        doc = read_json(file)
     return parse_campaign(doc, file, default_name=Path(path).stem)
 
 
 def _grid(file: str, where: str, v: Any) -> Grid:
+    if isinstance(v, str):
+        _check_ranges(file, where, v)
     try:
         return parse_grid(v)
     except (GridError, TypeError, ValueError) as exc:
-        raise FormatError(file, where, str(exc)) from None
+        raise FormatError(file, where, _clip(str(exc))) from None
+
+
+def _check_ranges(file: str, where: str, text: str) -> None:
+    """Refuse a ``start:stop:step`` range of more than :data:`MAX_UNITS` values before the
+    grid parser lists them (``sm_clock_mhz=1:1e12:1`` would not fit in memory)."""
+    for token in text.split(","):
+        parts = token.partition("=")[2].split(":") if "=" in token else token.split(":")
+        if len(parts) != 3:
+            continue
+        try:
+            start, stop, step = (float(p) for p in parts)
+        except ValueError:
+            continue                     # the grid parser names the bad token
+        if step != 0 and abs((stop - start) / step) > MAX_UNITS:
+            raise FormatError(file, where, f"range {_clip(token.strip(), 60)} has more than "
+                                           f"{MAX_UNITS:,} values")
 
 
 def parse_campaign(doc: Any, file: str = "<campaign>", default_name: str = "campaign") -> CampaignSpec:
     """A :class:`CampaignSpec` from a parsed campaign document (see :func:`load_campaign`)."""
     if not isinstance(doc, Mapping):
         raise FormatError(file, "content", "a campaign must be an object (mapping)")
-    unknown = sorted(set(doc) - _TOP_FIELDS)
+    unknown = sorted((str(k) for k in set(doc) - _TOP_FIELDS), key=str)
     if unknown:
-        raise FormatError(file, unknown[0], f"unknown field; known: {', '.join(sorted(_TOP_FIELDS))}")
+        raise FormatError(file, _clip(unknown[0], 60),
+                          f"unknown field; known: {', '.join(sorted(_TOP_FIELDS))}")
     if "format" in doc and doc["format"] != CAMPAIGN_FORMAT:
-        raise FormatError(file, "format", f"{doc['format']!r} is not {CAMPAIGN_FORMAT!r}")
+        raise FormatError(file, "format", f"{_show(doc['format'])} is not {CAMPAIGN_FORMAT!r}")
     name = doc.get("name", default_name)
-    if not isinstance(name, str) or not name:
-        raise FormatError(file, "name", "must be a non-empty string")
+    if not isinstance(name, str) or not name or len(name) > MAX_NAME:
+        raise FormatError(file, "name", f"must be a non-empty string of at most {MAX_NAME} "
+                                        "characters")
     device = doc.get("device", "sim")
-    if device not in ("sim", "nvml"):
-        raise FormatError(file, "device", f"must be 'sim' or 'nvml', got {device!r}")
+    if not isinstance(device, str) or device not in ("sim", "nvml"):
+        raise FormatError(file, "device", f"must be 'sim' or 'nvml', got {_show(device)}")
     seed = doc.get("seed", 0)
     if not isinstance(seed, int) or isinstance(seed, bool):
-        raise FormatError(file, "seed", f"must be an integer, got {seed!r}")
+        raise FormatError(file, "seed", f"must be an integer, got {_show(seed)}")
     retries = doc.get("max_retries", 3)
-    if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
-        raise FormatError(file, "max_retries", f"must be an integer >= 0, got {retries!r}")
+    if not isinstance(retries, int) or isinstance(retries, bool) or not 0 <= retries <= 1000:
+        raise FormatError(file, "max_retries", f"must be an integer from 0 to 1000, got "
+                                               f"{_show(retries)}")
     for f in ("gpu_model", "accelerator_type", "store"):
         if doc.get(f) is not None and not isinstance(doc[f], str):
-            raise FormatError(file, f, f"must be a string, got {doc[f]!r}")
+            raise FormatError(file, f, f"must be a string, got {_show(doc[f])}")
     grid = _grid(file, "grid", doc.get("grid"))
     proto = doc.get("protocol") or {}
     if not isinstance(proto, Mapping):
         raise FormatError(file, "protocol", "must be an object of Protocol settings")
     try:
         protocol = Protocol(**dict(proto))
-    except TypeError as exc:
-        raise FormatError(file, "protocol", str(exc)) from None
-    except ValueError as exc:
-        raise FormatError(file, "protocol", str(exc)) from None
+    except (TypeError, ValueError) as exc:
+        raise FormatError(file, "protocol", _clip(str(exc))) from None
     sim = doc.get("simulate") or {}
     if not isinstance(sim, Mapping) or set(sim) - _SIM_FIELDS:
         raise FormatError(file, "simulate", f"must be an object with fields {sorted(_SIM_FIELDS)}")
+    if sim.get("fail_once_dir") is not None and not isinstance(sim["fail_once_dir"], str):
+        raise FormatError(file, "simulate.fail_once_dir", "must be a folder name")
+    delay = sim.get("unit_delay_s", 0)
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay <= 3600:
+        raise FormatError(file, "simulate.unit_delay_s", f"must be seconds from 0 to 3600, got "
+                                                         f"{_show(delay)}")
     els = doc.get("elements")
     if not isinstance(els, list) or not els:
         raise FormatError(file, "elements", "must be a non-empty list")
     elements = []
     seen: set[str] = set()
+    n_units = 0
     for i, e in enumerate(els):
         where = f"elements[{i}]"
         if isinstance(e, str):
             e = {"work": e}
         if not isinstance(e, Mapping):
             raise FormatError(file, where, "must be a work name or an object")
-        bad = sorted(set(e) - _ELEMENT_FIELDS)
+        bad = sorted((str(k) for k in set(e) - _ELEMENT_FIELDS), key=str)
         if bad:
-            raise FormatError(file, f"{where}.{bad[0]}", f"unknown field; known: {sorted(_ELEMENT_FIELDS)}")
+            raise FormatError(file, f"{where}.{_clip(bad[0], 60)}",
+                              f"unknown field; known: {sorted(_ELEMENT_FIELDS)}")
         if ("work" in e) == ("kappas" in e):
             raise FormatError(file, where, "give either work (one implementation) or kappas "
                                            "(label: work, one per implementation)")
@@ -233,16 +448,22 @@ def parse_campaign(doc: Any, file: str = "<campaign>", default_name: str = "camp
             works = ((None, e["work"]),)
         for k, w in works:
             if not isinstance(w, str) or not w:
-                raise FormatError(file, f"{where}.{'kappas.' + k if k else 'work'}",
+                raise FormatError(file, f"{where}.{'kappas.' + _clip(k, 60) if k else 'work'}",
                                   "must be a preset name or module:function")
         nm = e.get("name", works[0][1] if len(works) == 1 else None)
         if not isinstance(nm, str) or not nm:
             raise FormatError(file, f"{where}.name", "an element with several kappas needs a name")
+        if len(nm) > MAX_NAME:
+            raise FormatError(file, f"{where}.name", f"longer than {MAX_NAME} characters")
         if nm in seen:
-            raise FormatError(file, f"{where}.name", f"element {nm!r} is listed twice")
+            raise FormatError(file, f"{where}.name", f"element {_show(nm)} is listed twice")
         seen.add(nm)
         g = _grid(file, f"{where}.grid", e["grid"]) if e.get("grid") is not None else None
         elements.append(ElementSpec(nm, works, g))
+        n_units += len(g if g is not None else grid) * len(works)
+        if n_units > MAX_UNITS:
+            raise FormatError(file, where, f"the campaign has more than {MAX_UNITS:,} units "
+                                           "(element x kappa x grid point); split it")
     return CampaignSpec(name=name, elements=tuple(elements), grid=grid, protocol=protocol,
                         device=device, seed=seed, gpu_model=doc.get("gpu_model"),
                         accelerator_type=doc.get("accelerator_type"), store=doc.get("store"),
@@ -343,7 +564,10 @@ def measure_unit(unit: Mapping[str, Any], spec: Mapping[str, Any], device: Devic
     from .sweep import sweep
 
     t0 = time.time()
-    fail_dir = (spec.get("simulate") or {}).get("fail_once_dir")
+    sim = spec.get("simulate") or {}
+    if sim.get("unit_delay_s") and device.simulated:
+        time.sleep(float(sim["unit_delay_s"]))    # a slow unit (tests interrupt campaigns)
+    fail_dir = sim.get("fail_once_dir")
     if fail_dir and device.simulated:
         # a simulated fault: the first attempt of every unit fails (tests Ray's retries)
         marker = Path(fail_dir) / (_safe(unit["key"]) + ".failed")
@@ -510,7 +734,8 @@ def _local_worker(kind: str, index: int, seed: int, spec: dict[str, Any], tasks:
                   results: Any, driver_alive: Any, lock_wait_s: float = 15.0) -> None:
     """A worker process: hold GPU ``index`` (waiting up to ``lock_wait_s`` for its lock),
     measure units from ``tasks`` until ``None``. ``driver_alive``: the read end of a pipe
-    only the driver can write to; it reads as ready (EOF) once the driver is gone."""
+    only the driver can write to; it reads as ready (EOF) once the driver is gone, however it
+    ended (SIGKILL included): :func:`_watch_driver` then ends this worker."""
     import signal
 
     from .locks import LockedError
@@ -518,6 +743,7 @@ def _local_worker(kind: str, index: int, seed: int, spec: dict[str, Any], tasks:
     # Ctrl-C reaches the whole process group: the driver decides, and stops workers with
     # SIGTERM (the sweep in progress restores its GPU first)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _watch_driver(driver_alive, results)
     from .sweep import ReadyPowerCache
 
     ready = ReadyPowerCache()       # this GPU's ready-power calibrations, for all its units
@@ -543,6 +769,7 @@ def _local_worker(kind: str, index: int, seed: int, spec: dict[str, Any], tasks:
                 item = tasks.get(timeout=0.5)
             except queue.Empty:
                 if driver_alive.poll():     # EOF: the driver died (even by SIGKILL): stop
+                    results.cancel_join_thread()    # no one reads the records left
                     return
                 continue
             if item is None:
@@ -559,6 +786,51 @@ def _local_worker(kind: str, index: int, seed: int, spec: dict[str, Any], tasks:
         session.__exit__(None, None, None)
 
 
+#: Seconds a worker whose driver died gives its unit in progress to stop on SIGTERM (a sweep
+#: restores its GPU first) before it ends itself with SIGKILL.
+WORKER_ORPHAN_GRACE_S = 30.0
+
+
+def _watch_driver(driver_alive: Any, results: Any, grace_s: float = WORKER_ORPHAN_GRACE_S) -> Any:
+    """Start the thread that ends this worker once its driver is gone.
+
+    The worker's parent is the fork server, not the driver, so ``PR_SET_PDEATHSIG`` or a
+    ``getppid()`` watch would not see the driver die; the pipe does: ``driver_alive`` reads as
+    ready (EOF) once the driver's end is closed, which the kernel does when the driver exits by
+    any means, SIGKILL included. Then the records not yet sent are dropped (no one reads them,
+    and a full pipe would block the exit forever), and SIGTERM goes to the worker's main thread:
+    outside a sweep it ends the process at once; inside one, the sweep's handler restores the
+    GPU first (a restore in progress holds it back until done). If the worker is still alive
+    ``grace_s`` later, it ends itself with SIGKILL. With the workers gone, the fork server and
+    the resource tracker see their pipes close and exit too."""
+    import signal
+    import threading
+
+    from .shield import SHIELDED_SIGNALS
+
+    main = threading.main_thread().ident
+
+    def watch() -> None:
+        if hasattr(signal, "pthread_sigmask"):    # termination signals go to the main thread
+            signal.pthread_sigmask(signal.SIG_BLOCK, SHIELDED_SIGNALS)
+        try:
+            driver_alive.poll(None)
+        except (OSError, EOFError, ValueError):
+            pass                                  # the pipe is gone: so is the driver
+        with contextlib.suppress(Exception):
+            results.cancel_join_thread()
+        if main is not None and hasattr(signal, "pthread_kill"):
+            signal.pthread_kill(main, signal.SIGTERM)
+        else:                                     # pragma: no cover - not POSIX
+            os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(grace_s)
+        os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))
+
+    t = threading.Thread(target=watch, name="ecal-driver-watch", daemon=True)
+    t.start()
+    return t
+
+
 def _run_local(spec: CampaignSpec, todo: Sequence[Unit], com: _Committer, n_workers: int) -> None:
     import multiprocessing as mp
 
@@ -568,16 +840,27 @@ def _run_local(spec: CampaignSpec, todo: Sequence[Unit], com: _Committer, n_work
     ctx = mp.get_context("forkserver" if "forkserver" in methods else "spawn")
     if "forkserver" in methods:
         ctx.set_forkserver_preload(["measure.campaign", "measure.sweep", "measure.sim"])
-    tasks, results = ctx.Queue(), ctx.Queue()
+    try:
+        tasks, results = ctx.Queue(), ctx.Queue()
+        alive_r, alive_w = ctx.Pipe(duplex=False)
+    except OSError as exc:     # e.g. /dev/shm full: POSIX semaphores live there
+        raise _named(exc, "/dev/shm (the worker queues' semaphores)") from None
     by_key = {u.key: u for u in todo}
     attempts = dict.fromkeys(by_key, 0)
     sd = spec.to_dict()
-    alive_r, alive_w = ctx.Pipe(duplex=False)
     procs = {i: ctx.Process(target=_local_worker, daemon=True, name=f"ecal-gpu{i}",
                             args=(spec.device, i, spec.seed, sd, tasks, results, alive_r))
              for i in range(n_workers)}
-    for p in procs.values():
-        p.start()
+    try:
+        for p in procs.values():
+            p.start()
+    except OSError as exc:     # e.g. no space for the fork server's socket
+        import tempfile
+
+        for p in procs.values():
+            if p.pid is not None:
+                p.terminate()
+        raise _named(exc, f"{tempfile.gettempdir()} (the worker processes' fork server)") from None
     alive_r.close()
     for u in todo:
         tasks.put(u.to_dict())
@@ -638,6 +921,16 @@ def _run_local(spec: CampaignSpec, todo: Sequence[Unit], com: _Committer, n_work
         alive_w.close()
 
 
+def _named(exc: OSError, where: str) -> OSError:
+    """``exc`` with a file name (``where``) when it is a disk error that names none."""
+    import errno
+
+    disk = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, getattr(errno, "EDQUOT", -1)}
+    if exc.filename is not None or exc.errno not in disk:
+        return exc
+    return type(exc)(exc.errno, exc.strerror or str(exc), where)
+
+
 def _requeue(key: str, by_key: Mapping[str, Unit], attempts: dict[str, int], tasks: Any,
              spec: CampaignSpec, com: _Committer, left: set[str], why: str) -> None:
     if attempts[key] > spec.max_retries:
@@ -649,42 +942,72 @@ def _requeue(key: str, by_key: Mapping[str, Unit], attempts: dict[str, int], tas
 
 # -- Ray executor ---------------------------------------------------------------------------------
 
-_AMDSMI_SHIM = '''"""Stand-in for a broken amdsmi (its library is missing): Ray then skips AMD GPUs."""
-raise ImportError("amdsmi is installed but libamd_smi.so is not (stand-in from energy-calculus)")
-'''
+#: The stand-in ``amdsmi`` package Ray processes get when the installed one is broken: shipped
+#: in this package (``measure/_ray_hide_amdsmi/amdsmi/__init__.py``), never written at run time.
+AMDSMI_STANDIN = Path(__file__).resolve().parent / "_ray_hide_amdsmi"
 
 
 def import_ray() -> Any:
     """``import ray``, or a :class:`CampaignError` saying how to install it.
 
     Works around one known breakage: the ``amdsmi`` package installed without its shared
-    library (e.g. pulled in by ``zeus``) raises ``KeyError`` on import, and Ray imports it
-    at start-up. Then this process treats it as absent, and Ray processes started from here
-    get a stand-in package (on ``PYTHONPATH``) that does the same."""
+    library (e.g. pulled in by ``zeus``) raises ``KeyError`` on import, and Ray imports it in
+    every one of its processes (its AMD GPU detection, which no setting turns off). Then this
+    process treats ``amdsmi`` as absent, and the Ray processes started from here get the
+    stand-in shipped with this package (:data:`AMDSMI_STANDIN`, first on ``PYTHONPATH``), which
+    raises ImportError, so Ray skips AMD GPUs. Nothing is written, and nothing is loaded from
+    the state folder or any other folder a user can write: the stand-in is used only when it
+    and its folders are owned by root or the caller, are not symlinks and are writable by no
+    one else; otherwise a one-line :class:`CampaignError` says to ``pip uninstall amdsmi``."""
     import importlib.util
 
     if "ray" not in sys.modules and importlib.util.find_spec("ray") is None:
         raise CampaignError("--ray needs Ray: pip install 'energy-calculus[ray]' "
                             "(or pip install 'ray>=2.9')")
     if _amdsmi_broken():
-        from .locks import lock_dir
-
+        unsafe = _unsafe_standin(AMDSMI_STANDIN)
+        if unsafe:
+            raise CampaignError(f"the installed amdsmi package is broken (its library "
+                                f"libamd_smi.so is missing) and Ray imports it; the stand-in "
+                                f"that hides it is not safe to load ({unsafe}): pip uninstall "
+                                "amdsmi")
         sys.modules["amdsmi"] = None           # type: ignore[assignment]  # import -> ImportError
-        shim = lock_dir() / "ray-amdsmi-shim"
-        pkg = shim / "amdsmi"
-        if not (pkg / "__init__.py").exists():
-            pkg.mkdir(parents=True, exist_ok=True)
-            (pkg / "__init__.py").write_text(_AMDSMI_SHIM)
         # inherited by the raylet and workers a local ray.init starts from this process
         paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-        if str(shim) not in paths:
-            os.environ["PYTHONPATH"] = os.pathsep.join([str(shim), *paths])
+        if str(AMDSMI_STANDIN) not in paths:
+            os.environ["PYTHONPATH"] = os.pathsep.join([str(AMDSMI_STANDIN), *paths])
     try:
         import ray
     except ImportError:
         raise CampaignError("--ray needs Ray: pip install 'energy-calculus[ray]' "
                             "(or pip install 'ray>=2.9')") from None
     return ray
+
+
+def _unsafe_standin(folder: Path) -> str | None:
+    """Why ``folder`` (the amdsmi stand-in) must not be put on ``PYTHONPATH``, or None: every
+    entry in it (a ``__pycache__`` included) and the folder itself must be a real file or
+    folder (no symlink) owned by root or the caller and writable by neither group nor others."""
+    import stat
+
+    me = os.geteuid() if hasattr(os, "geteuid") else None
+    entries = [folder]
+    for root, dirs, files in os.walk(folder, followlinks=False):
+        entries += [Path(root, n) for n in dirs + files]
+    if not (folder / "amdsmi" / "__init__.py").is_file():
+        return f"{folder / 'amdsmi' / '__init__.py'} is missing"
+    for p in entries:
+        try:
+            st = os.lstat(p)
+        except OSError as exc:
+            return f"{p}: {exc.strerror}"
+        if stat.S_ISLNK(st.st_mode):
+            return f"{p} is a symlink"
+        if me is not None and st.st_uid not in (0, me):
+            return f"{p} is owned by uid {st.st_uid}"
+        if st.st_mode & 0o022:
+            return f"{p} is writable by group or others"
+    return None
 
 
 def _amdsmi_broken() -> bool:

@@ -39,7 +39,7 @@ class PermissionDeniedError(DeviceError):
         super().__init__(f"{call} failed: {nvml_error}. {what_to_do}")
 
 
-class UnsupportedSettingError(DeviceError):
+class UnsupportedSettingError(DeviceError, ValueError):
     """An operating point asks for a value the device does not support (names value and set)."""
 
 

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from frontier.deviation import DeviationResult, deviation
-from frontier.errors import EnergyCalculusError, FormatError
+from frontier.errors import FormatError, InputError
 from frontier.io import number_field, read_json, write_json_atomic
 from frontier.operating_point import OperatingPoint
 from frontier.signature import Signature
@@ -57,7 +57,7 @@ from .sim import SimKernel, SimulatedGPU
 SIMULATED_NOTE = "SIMULATED H200 (physics model; not a measurement of real hardware)"
 
 
-class ExecutionError(EnergyCalculusError):
+class ExecutionError(InputError):
     """A plan cannot be executed: it does not match its problem, or a task has no work."""
 
 
@@ -142,12 +142,14 @@ _PIPELINE_TASK = re.compile(r"^s(\d+)/(forward|backward)/(\d+)$")
 
 
 def pipeline_work(problem: Any, stage_kernels: Mapping[tuple[int, str], SimKernel],
-                  send_kernel: SimKernel, sm_total: int = 132) -> dict[str, tuple[TaskWork, ...]]:
+                  send_kernel: SimKernel, sm_total: int = 132,
+                  granularity: int = 8) -> dict[str, tuple[TaskWork, ...]]:
     """The work table of a 1F1B problem whose options are compute ⊕ send (``ecal demo``).
 
     Task ``s{stage}/{forward|backward}/{mb}`` with an option at ``omega.sm_count = k`` runs
-    ``stage_kernels[(stage, inst)]`` on ``sm_total − k`` SMs in parallel with ``send_kernel``
-    on ``k`` SMs. For the demo: ``pipeline_work(problem, demo._stage_kernels(cfg),
+    ``stage_kernels[(stage, inst)]`` on the most SMs the device grants beside the send (a
+    multiple of ``granularity`` <= ``sm_total − k``; ``ecal.demo.compute_sms``) in parallel
+    with ``send_kernel`` on ``k`` SMs. For the demo: ``pipeline_work(problem, demo._stage_kernels(cfg),
     PRESETS["p2p_send"])``.
     """
     out: dict[str, tuple[TaskWork, ...]] = {}
@@ -165,7 +167,8 @@ def pipeline_work(problem: Any, stage_kernels: Mapping[tuple[int, str], SimKerne
             if k is None or not 0 < k < sm_total:
                 raise ExecutionError(f"task {t.name!r} option {j} ({o.label}): needs an SM split "
                                      f"0 < sm_count < {sm_total} for the send, got {k!r}")
-            works.append(TaskWork(((stage_kernels[key], sm_total - k), (send_kernel, k))))
+            compute = (sm_total - k) // max(1, granularity) * max(1, granularity)
+            works.append(TaskWork(((stage_kernels[key], compute), (send_kernel, k))))
         out[t.name] = tuple(works)
     return out
 
@@ -401,11 +404,65 @@ class ExecutionResult:
     switches_s: Mapping[str, tuple[float, ...]] = field(default_factory=dict, repr=False)
     planned_switch_s: Mapping[str, float] = field(default_factory=dict, repr=False)
     meta: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    #: the deadline the plan was made to keep (its ``target_deadline_s``; None: not known)
+    deadline_s: float | None = None
+    #: the plan's own P(makespan ≤ deadline) from its propagated σ (None: not known)
+    predicted_p_meets_deadline: float | None = None
 
     @property
     def flagged(self) -> bool:
         """Eq. 23 flags the step (T or E)."""
         return self.step.flagged
+
+    @property
+    def deadline_met(self) -> bool | None:
+        """Whether the measured step (mean over the measured steps) meets the plan's deadline
+        (within 1 ns per s); None when the plan states none."""
+        if self.deadline_s is None:
+            return None
+        return self.step.measured_time_s <= self.deadline_s * (1.0 + 1e-9)
+
+    @property
+    def steps_over_deadline(self) -> int:
+        """Measured steps that took longer than the deadline (0 when there is none)."""
+        if self.deadline_s is None:
+            return 0
+        times = self.meta.get("step_times_s", ())
+        return sum(1 for t in times if t > self.deadline_s * (1.0 + 1e-9))
+
+    def deadline_line(self) -> str | None:
+        """``deadline 1372.40 ms: met, ...`` or ``deadline ... MISSED by X ms (Y %)``."""
+        if self.deadline_s is None:
+            return None
+        D = self.deadline_s
+        m, sd = self.step.measured_time_s, self.step.sd_measured_time_s
+        diff = m - D
+        head = (f"deadline {D * 1e3:.2f} ms: " +
+                (f"met, {-diff * 1e3:.2f} ms ({-diff / D:.2%}) to spare" if self.deadline_met
+                 else f"MISSED by {diff * 1e3:.2f} ms ({diff / D:+.2%})"))
+        n = len(self.meta.get("step_times_s", ())) or self.n_steps
+        tail = (f"; measured step {m * 1e3:.2f} ± {sd * 1e3:.2f} ms, {self.steps_over_deadline} of {n} "
+                "steps over")
+        p = self.predicted_p_meets_deadline
+        if p is not None:
+            shown = (f"{p:.1f}" if p in (0.0, 1.0) and self.step.sd_predicted_time_s == 0
+                     else ">0.9999" if p > 0.99995 else "<0.0001" if p < 0.00005 else f"{p:.4f}")
+            tail += f"; the plan's P(makespan <= deadline) {shown}"
+        return head + tail
+
+    def problems(self) -> list[str]:
+        """What went wrong, one phrase each: a missed deadline, the step's and each device's
+        Eq. 23 flags. Empty: the run kept the plan's deadline and its prediction."""
+        out = []
+        if self.deadline_met is False:
+            diff = self.step.measured_time_s - self.deadline_s
+            out.append(f"deadline MISSED by {diff * 1e3:.2f} ms ({diff / self.deadline_s:+.2%})")
+        for c in (self.step, *self.devices):
+            if c.flagged:
+                dv = c.deviation
+                what = "+".join(s for s, f in (("T", dv.flagged_time), ("E", dv.flagged_energy)) if f)
+                out.append(f"{c.name} FLAGGED {what} (Eq. 23)")
+        return out
 
     @property
     def flagged_devices(self) -> tuple[str, ...]:
@@ -476,6 +533,9 @@ class ExecutionResult:
                 f"{c.measured_energy_j:>11.2f}±{c.sd_measured_energy_j:<6.2f}"
                 f"{dv.error_energy_pct:>+8.2f}  {verdict} (zT={dv.z_time:+.1f}, zE={dv.z_energy:+.1f},"
                 f" c={dv.c_alpha:.2f})")
+        dl = self.deadline_line()
+        if dl is not None:
+            lines.append(f"  {dl}")
         paid = sum(sum(v) for v in self.switches_s.values())
         planned = sum(self.planned_switch_s.values())
         n_sw = sum(len(v) for v in self.switches_s.values())
@@ -498,6 +558,12 @@ class ExecutionResult:
             "seed": self.seed, "target_rse": self.target_rse, "rse_energy": self.rse_energy,
             "converged": self.converged, "n_steps": self.n_steps,
             "warmup_steps": self.warmup_steps, "alpha": self.alpha, "flagged": self.flagged,
+            "deadline": None if self.deadline_s is None else {
+                "deadline_s": self.deadline_s, "met": self.deadline_met,
+                "missed_by_s": self.step.measured_time_s - self.deadline_s,
+                "steps_over": self.steps_over_deadline,
+                "predicted_p_meets_deadline": self.predicted_p_meets_deadline},
+            "problems": self.problems(),
             "step": self.step.to_dict(), "devices": [c.to_dict() for c in self.devices],
             "switches_s": {k: list(v) for k, v in self.switches_s.items()},
             "planned_switch_s": dict(self.planned_switch_s),
@@ -770,6 +836,8 @@ def run_plan(plan: Any, problem: Any, work: WorkTable, *, seed: int = 0,
     rse = relative_se(step_e)
     planned_tasks = {t.name: {"device": t.device, "start_s": t.start_s, "end_s": t.end_s,
                               "time_s": t.time_s, "energy_j": t.energy_j} for t in plan.tasks}
+    deadline = getattr(plan, "target_deadline_s", getattr(plan, "deadline_s", None))
+    p_meet = getattr(plan, "p_meets_deadline", None)
     return ExecutionResult(
         plan=plan.problem, method=plan.method, simulated=simulated, device_kind=kind, seed=int(seed),
         target_rse=protocol.target_rse, rse_energy=rse, converged=rse <= protocol.target_rse,
@@ -780,7 +848,9 @@ def run_plan(plan: Any, problem: Any, work: WorkTable, *, seed: int = 0,
               "task_temperature_c": {t: float(np.mean(v)) for t, v in runner.task_temps_c.items()},
               "step_energies_j": step_e, "step_times_s": step_t, "planned_tasks": planned_tasks,
               "bonferroni_devices": len(names),
-              "device_time": "finish of the device's last task; energy over the whole step"})
+              "device_time": "finish of the device's last task; energy over the whole step"},
+        deadline_s=None if deadline is None else float(deadline),
+        predicted_p_meets_deadline=None if p_meet is None else float(p_meet))
 
 
 def _device_means(task_values: Mapping[str, list[float]], ix: Any) -> dict[str, float]:
@@ -921,11 +991,23 @@ class PlanComparison:
                          f"   measured {s.measured:+.2%} ± {s.sd_measured:.2%}")
         return "\n".join(parts)
 
+    def problems(self) -> list[str]:
+        """The plan's :meth:`ExecutionResult.problems` (what ``ecal run``'s exit status is
+        about: the plan run is what is checked)."""
+        return list(self.plan.problems())
+
+    def notes(self) -> list[str]:
+        """Each baseline's Eq. 23 flags: its own prediction deviates (reported, not the plan's
+        problem; a baseline's deadline is not the plan's promise)."""
+        return [f"baseline {n}: {x}" for n, r in self.baselines.items()
+                for x in r.problems() if "FLAGGED" in x]
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
         return {"simulated": self.plan.simulated, "plan": self.plan.to_dict(),
                 "baselines": {n: r.to_dict() for n, r in self.baselines.items()},
-                "savings": [s.to_dict() for s in self.savings]}
+                "savings": [s.to_dict() for s in self.savings], "problems": self.problems(),
+                "notes": self.notes()}
 
 
 def run_with_baselines(plan: tuple[Any, Any, WorkTable],

@@ -36,10 +36,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from frontier.errors import EnergyCalculusError
+
 from .device import Device, DeviceError
 
 
-class UserCodeError(Exception):
+class UserCodeError(EnergyCalculusError):
     """The user's own code raised while it was imported or set up (its factory, or the first
     call that tells a factory from a work): ``spec`` names it, ``stage`` says where; the
     original exception is the ``__cause__``. Not a :class:`DeviceError`: ``ecal`` reports it
@@ -61,6 +63,12 @@ class ResolvedWork:
     work: Any
     name: str
     from_factory: bool = False
+
+
+#: What works without a GPU, for every message that refuses the user's own code for want of one.
+WITHOUT_A_GPU = ("without a GPU you can still plan from profiles (`ecal plan` on a workload or a "
+                 "Perseus profile), from Zeus logs (`ecal import zeus-log LOG -o sigs.json`), or try "
+                 "the whole route on the simulator's presets (`ecal characterize --list`, `ecal demo`)")
 
 
 def open_device(spec: str = "sim", read_only: bool = False, seed: int = 0, nvml: Any = None) -> Device:
@@ -119,8 +127,8 @@ def load_work(spec: str, device: Device | None = None, factory: bool | None = No
         return ResolvedWork(spec, obj, str(getattr(obj, "name", None) or attr))
     if device is not None and device.simulated:
         raise DeviceError(f"{spec} is your own code, which the simulator cannot run (only its "
-                          "kernels advance its clock): use --device nvml:INDEX for your GPU, or "
-                          "a simulated preset (ecal characterize --list)")
+                          f"kernels advance its clock): it runs on a GPU (--device nvml:INDEX); "
+                          f"{WITHOUT_A_GPU}")
     if not callable(obj):
         raise DeviceError(f"work {spec!r} is not callable (a {type(obj).__name__})")
     if factory is False:

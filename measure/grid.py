@@ -7,7 +7,8 @@ A grid is the cartesian product of per-knob value lists. It is validated against
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -95,6 +96,22 @@ class Grid:
         for p in self.points():
             opset.validate(p)
 
+    def granted(self, grant: Callable[[int], int]) -> tuple[Grid, dict[int, int]]:
+        """This grid with each ``sm_count`` replaced by what the hardware grants for it
+        (``grant``: requested → granted, e.g. :meth:`OperatingSet.granted_sm_count`), repeats
+        dropped, and the map requested → granted of the counts that changed (empty when the
+        grid already asks only for granted counts)."""
+        asked = self.axes.get("sm_count")
+        if not asked:
+            return self, {}
+        got = {int(v): int(grant(int(v))) for v in asked}
+        changed = {r: g for r, g in got.items() if r != g}
+        if not changed:
+            return self, {}
+        axes = dict(self.axes)
+        axes["sm_count"] = tuple(float(got[int(v)]) for v in asked)
+        return Grid(axes), changed
+
     def to_dict(self) -> dict[str, list[float]]:
         """JSON-ready axes."""
         return {k: list(v) for k, v in self.axes.items()}
@@ -102,6 +119,10 @@ class Grid:
     def label(self) -> str:
         """The grid as a string :meth:`parse` accepts."""
         return ",".join(f"{k}=" + ",".join(f"{v:g}" for v in vs) for k, vs in self.axes.items())
+
+
+#: Most values one ``start:stop:step`` range may list (a GPU supports a few hundred clocks).
+MAX_RANGE_VALUES = 10_000
 
 
 def _values(token: str, knob: str, text: str) -> list[float]:
@@ -115,6 +136,12 @@ def _values(token: str, knob: str, text: str) -> list[float]:
             raise GridError(f"grid {text!r}: range {token!r} for {knob} has a non-number") from None
         if step == 0 or (stop - start) * step < 0:
             raise GridError(f"grid {text!r}: range {token!r} for {knob}: step {step:g} never reaches {stop:g}")
+        if not all(math.isfinite(x) for x in (start, stop, step)):
+            raise GridError(f"grid {text!r}: range {token!r} for {knob} must be finite")
+        if (stop - start) / step > MAX_RANGE_VALUES:
+            # counted before listing: 1:1e12:1 would otherwise allocate a trillion values
+            raise GridError(f"grid {text!r}: range {token!r} for {knob} lists more than "
+                            f"{MAX_RANGE_VALUES:,} values")
         n = int(round((stop - start) / step + 1e-9))
         vals = [start + i * step for i in range(n + 1) if (start + i * step - stop) * step <= 1e-9]
         return vals
@@ -147,16 +174,19 @@ def default_grid(opset: OperatingSet, read_only: bool = False) -> Grid:
       shows whether capping matters for this element; more planes multiply the device time.
     * The memory clock is left as it is (one plane: the highest).
     * **Read-only** (no device setting may change): SM allocations from all SMs down in
-      :data:`DEFAULT_SM_COUNTS` (9) steps that are multiples of the SM-partition granularity.
+      :data:`DEFAULT_SM_COUNTS` (9) steps that are multiples of the SM-partition granularity,
+      each a count the hardware grants (:meth:`OperatingSet.granted_sm_count`: a request is
+      rounded up to the granularity, so a grid of requests would record counts never run).
 
     On the simulated H200 (SM clocks 345–1980 MHz, 200–700 W) this is
-    ``sm_clock_mhz=1980:990:-90,power_limit_w=700,500`` (and ``sm_count=132:4:-16`` read-only),
-    the defaults ``ecal characterize`` has always used there.
+    ``sm_clock_mhz=1980:990:-90,power_limit_w=700,500`` (and ``sm_count=132,120:8:-16``
+    read-only: all 132 SMs, then multiples of 8).
     """
     if read_only:
         gran = max(1, opset.sm_granularity)
         step = max(gran, int(round(opset.sm_count / (DEFAULT_SM_COUNTS - 1) / gran)) * gran)
-        counts = [c for c in range(opset.sm_count, 0, -step)][:DEFAULT_SM_COUNTS]
+        wanted = [c for c in range(opset.sm_count, 0, -step)][:DEFAULT_SM_COUNTS]
+        counts = dict.fromkeys(opset.granted_sm_count(c) for c in wanted)   # as granted
         return Grid({"sm_count": tuple(counts)})
     supported = opset.supported_sm_clocks()
     axes: dict[str, tuple[float, ...]] = {}

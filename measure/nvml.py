@@ -15,6 +15,14 @@ Never leaving a GPU changed:
 * **Journal.** Before each setter the setting and the value to restore are written durably to
   a journal per GPU UUID (:mod:`measure.journal`), with SIGINT/SIGTERM/SIGHUP/SIGQUIT blocked
   around the record and the call (:mod:`measure.shield`), so no signal lands between them.
+  That write is the check that the journal can be written: when it fails (a full disk, a
+  read-only state folder) the setter does not run, and :class:`~measure.journal.JournalWriteError`
+  names the journal and says nothing was changed (what this call had changed is rolled back).
+* **The card before the disk.** Every restore (:meth:`NVMLDevice.restore`, ``close()``, the
+  ``atexit`` hook, a lost GPU, the recovery at open, ``ecal restore``) puts the card back
+  first and updates the journal only afterwards, best effort: a journal that cannot be
+  written never stops or fails a restore. It is left as it was (restoring twice is
+  harmless), one line on stderr names it, and the next open or ``ecal restore`` clears it.
 * **What NVML reads back.** The power limit is read (``nvmlDeviceGetPowerManagementLimit``,
   mW) and restored exactly. NVML has no call that reads a clock *lock* (only the current
   clock), so clock locks are restored by resetting them (``nvmlDeviceResetGpuLockedClocks``,
@@ -22,11 +30,20 @@ Never leaving a GPU changed:
   not put back.
 * **One process per GPU.** A device opened for changes holds an ``flock`` on its UUID
   (:class:`~measure.locks.ProcessLock`); a second process gets :class:`LockedError` naming the
-  holder's PID. The kernel drops the lock when the holder dies, even by SIGKILL.
+  holder's PID. The kernel drops the lock when the holder dies, even by SIGKILL. Locks and
+  journals live in the caller's own state folder (:func:`~measure.locks.lock_dir`: mode 0700,
+  refused when another user could write it), and no symlink or foreign file there is
+  followed, written or emptied.
 * **Recovery.** Opening a GPU (not read-only) whose journal was left by a process that no
   longer holds it (killed, crashed, or a restore that failed) restores it first and says so
   in one line on stderr; if that restore fails, the open fails with a one-line
-  :class:`RestoreFailedError` naming ``ecal restore --device nvml:N``.
+  :class:`RestoreFailedError` naming ``ecal restore --device nvml:N``. A journal is applied
+  only as far as the card allows: an unreadable one resets every setting to the driver
+  default, a power limit outside ``nvmlDeviceGetPowerManagementLimitConstraints`` is replaced
+  by ``nvmlDeviceGetPowerManagementDefaultLimit`` (both said in the line), and one someone
+  else could have written (another owner or writer uid, a symlink, group/other-writable) is
+  refused with :class:`~measure.journal.UntrustedJournalError`: nothing restored, nothing
+  changed.
 * **Exit.** Settings still changed at interpreter exit are restored by an ``atexit`` hook;
   ``close()`` restores them too. Only SIGKILL, a power loss or ``os._exit`` skip all of these,
   and then the journal is there for the next open or ``ecal restore``.
@@ -46,7 +63,7 @@ import sys
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from frontier.operating_point import OperatingPoint
@@ -79,6 +96,11 @@ EVENT_REASONS = {
 #: NVML error names retried with backoff (a busy or briefly unresponsive driver).
 TRANSIENT_ERRORS = ("NVML_ERROR_TIMEOUT", "NVML_ERROR_UNKNOWN", "NVML_ERROR_NOT_READY")
 _TRANSIENT_DEFAULTS = {"NVML_ERROR_TIMEOUT": 10, "NVML_ERROR_UNKNOWN": 999, "NVML_ERROR_NOT_READY": 27}
+
+# SM step of a green-context request by NVML architecture id (CUDA driver docs on
+# cuDevSmResourceSplitByCount: Volta to Ada 2 (Ampere's minimum of 4 is not modelled), Hopper and
+# later 8; older: 1). NVML ids: 5 Volta, 6 Turing, 7 Ampere, 8 Ada, 9 Hopper, 10 Blackwell.
+_SM_GRANULARITY = {5: 2, 6: 2, 7: 2, 8: 2}
 
 # CUDA cores per SM by NVML architecture id (no NVML call returns the SM count).
 _CORES_PER_SM = {5: 64, 6: 64, 7: 128, 8: 128, 9: 128, 10: 128}
@@ -113,6 +135,12 @@ class Recovery:
     corrupt: bool
     #: Settings that could not be put back: (setting, what restoring it does, the error).
     failed: tuple[tuple[str, str, str], ...] = ()
+    #: What was not applied as the journal said, and why (an unreadable journal, a power limit
+    #: outside the GPU's range), one line each.
+    notes: tuple[str, ...] = ()
+    #: Why the journal could not be updated after the restore ('' when it was): the card is
+    #: restored all the same, and the journal left as it was (restoring again is harmless).
+    journal_error: str = ""
 
     def left_by(self) -> str:
         """Who left the GPU changed, for messages."""
@@ -127,6 +155,10 @@ class Recovery:
         line = f"restored {self.uuid} (nvml:{self.index}) left changed by {self.left_by()}: {done}"
         if self.failed:
             line += "; NOT restored: " + "; ".join(f"{what} ({err})" for _, what, err in self.failed)
+        for note in self.notes:
+            line += f"; {note}"
+        if self.journal_error:
+            line += f"; {self.journal_error}"
         return line
 
     def to_dict(self) -> dict[str, Any]:
@@ -135,7 +167,8 @@ class Recovery:
                 "not_restored": [{"setting": s, "restore": what, "error": err}
                                  for s, what, err in self.failed],
                 "left_by_pid": self.pid, "left_on_host": self.host,
-                "writer_alive": self.writer_alive, "journal_corrupt": self.corrupt}
+                "writer_alive": self.writer_alive, "journal_corrupt": self.corrupt,
+                "notes": list(self.notes), "journal_error": self.journal_error}
 
 
 def _release_at_gc(lock: ProcessLock) -> None:
@@ -240,6 +273,7 @@ class NVMLDevice(Device):
         self.removed_temp_files: tuple[Any, ...] = ()
         self._atexit_armed = False
         self._closed = False
+        self._journal_reported = False
         self.recovered: Recovery | None = None
         self._call("nvmlInit")
         try:
@@ -278,6 +312,9 @@ class NVMLDevice(Device):
             if self.recovered is not None and announce:
                 print(f"ecal: {self.recovered.summary()}", file=sys.stderr, flush=True)
             self._journal = jr.DeviceJournal(self.uuid, self.index, self.model)
+            if self.recovered is not None and self.recovered.journal_error:
+                self._journal.dirty = True          # close() tries to clear the file again
+                self._journal_reported = True       # said in the recovery line (or the doc)
         self._original_limit_mw = self._call("nvmlDeviceGetPowerManagementLimit", self.handle)
 
     def _release(self) -> None:
@@ -323,7 +360,7 @@ class NVMLDevice(Device):
         if code in (getattr(nv, "NVML_ERROR_LIBRARY_NOT_FOUND", 12),
                     getattr(nv, "NVML_ERROR_DRIVER_NOT_LOADED", 9)):
             return DeviceError(f"{fn} failed: {exc} — no usable NVIDIA driver here "
-                               "(use the simulated device: --device sim)")
+                               "(without a GPU: plan from profiles or Zeus logs, or use the simulator's presets with --device sim)")
         tries = f" after {self._attempts} tries" if code in self._transient else ""
         return DeviceError(f"{fn} failed{tries}: {type(exc).__name__}: {exc}")
 
@@ -357,28 +394,36 @@ class NVMLDevice(Device):
 
     def _warn_if_left_changed(self) -> None:
         path = jr.path_for(self.uuid)
-        if path.exists():
+        if os.path.lexists(path):
             print(f"ecal: warning: {self.uuid} (nvml:{self.index}) has a journal of settings left "
                   f"changed ({path}); a read-only open restores nothing: run "
                   f"`ecal restore --device nvml:{self.index}`", file=sys.stderr, flush=True)
 
     def _recover(self) -> Recovery | None:
         """Restore from a journal left by an earlier holder of this GPU (we hold its lock, so
-        that process has died or closed it). Every setting is tried; each one put back leaves
-        the journal at once, the ones that failed stay in it. Raises
-        :class:`RestoreFailedError` (with the per-setting :class:`Recovery`) if any failed."""
+        that process has died or closed it). Every setting is tried; then the journal keeps
+        only the ones that failed — written best effort: a journal that cannot be updated (a
+        full or read-only folder) never stops the card being restored, and is left as it was
+        (:attr:`Recovery.journal_error`). Raises :class:`RestoreFailedError` (with the
+        per-setting :class:`Recovery`) if a setting failed, and
+        :class:`~measure.journal.UntrustedJournalError` (nothing restored) for a journal
+        someone else could have written."""
         path = jr.path_for(self.uuid)
-        if not path.exists():
+        if not os.path.lexists(path):
             return None
+        notes: list[str] = []
         try:
             rec = jr.read_journal(path)
-        except jr.CorruptJournalError:
+        except jr.CorruptJournalError as exc:
             # Unknown what was changed: put everything back to the driver defaults.
             rec, corrupt = jr.JournalRecord(self.uuid, self.index, self.model, entries={
                 s: jr.JournalEntry(s) for s in jr.SETTINGS}), True
+            notes.append(str(exc))
         else:
             corrupt = False
+            rec = self._within_range(rec, path, notes)
         done: list[str] = []
+        put_back: list[str] = []
         failed: list[tuple[str, str, str]] = []
         first: DeviceError | None = None
         with shielded():
@@ -389,25 +434,46 @@ class NVMLDevice(Device):
                     failed.append((e.setting, e.describe(), str(exc)))
                     first = first or exc
                     continue
-                rec = rec.without([e.setting])
-                if not corrupt:
-                    jr.save_record(path, rec)      # this one is back: never redo it
-            if corrupt:
-                jr.save_record(path, rec)          # a readable journal of what still failed
+                put_back.append(e.setting)
+            # The card first, the journal after: a readable journal of what still failed.
+            journal_error = ""
+            try:
+                jr.save_record(path, rec.without(put_back))
+            except (OSError, DeviceError) as exc:
+                journal_error = (f"the journal {path} could not be updated "
+                                 f"({getattr(exc, 'strerror', None) or exc}); it is left as it "
+                                 "was (restoring it again is harmless)")
         if not done and not failed:
-            jr.remove_durably(path)                # a journal with no entry left
-            return None
+            return None                            # a journal with no entry left
         recovery = Recovery(self.uuid, self.index, tuple(done), None if corrupt else rec.pid,
                             "" if corrupt else rec.host, False if corrupt else rec.writer_alive(),
-                            corrupt, tuple(failed))
+                            corrupt, tuple(failed), tuple(notes), journal_error)
         if failed:
-            put_back = f"put back {', '.join(done)}; " if done else ""
+            put_back_msg = f"put back {', '.join(done)}; " if done else ""
             raise RestoreFailedError(
                 f"{self.model} (nvml:{self.index}, {self.uuid}) was left changed by "
-                f"{recovery.left_by()}: {put_back}NOT restored "
+                f"{recovery.left_by()}: {put_back_msg}NOT restored "
                 + "; ".join(f"{what} ({err})" for _, what, err in failed)
                 + f"; run `ecal restore --device nvml:{self.index}` (as root)", first, recovery)
         return recovery
+
+    def _within_range(self, rec: jr.JournalRecord, path: Any, notes: list[str]) -> jr.JournalRecord:
+        """``rec`` with a power limit outside this GPU's own range
+        (``nvmlDeviceGetPowerManagementLimitConstraints``) replaced by "restore the default
+        limit", noted in ``notes``: a journal's value is applied only when the card allows it."""
+        e = rec.entries.get("power_limit")
+        if e is None or e.restore_mw is None:
+            return rec
+        try:
+            lo, hi = self._call("nvmlDeviceGetPowerManagementLimitConstraints", self.handle)
+        except DeviceError:
+            return rec             # cannot check: NVML's setter refuses what the card does not take
+        if int(lo) <= e.restore_mw <= int(hi):
+            return rec
+        notes.append(f"{path}: its power limit {e.restore_mw / 1000:g} W is outside this GPU's "
+                     f"range {int(lo) / 1000:g}-{int(hi) / 1000:g} W, not applied: the default "
+                     "limit was set instead")
+        return replace(rec, entries={**rec.entries, "power_limit": jr.JournalEntry("power_limit")})
 
     def _undo(self, e: jr.JournalEntry) -> str:
         """Put one journalled setting back; returns what was done (for messages)."""
@@ -492,7 +558,8 @@ class NVMLDevice(Device):
                 default_w = self._call("nvmlDeviceGetPowerManagementDefaultLimit", self.handle) / 1000.0
             except DeviceError:
                 default_w = self._original_limit_mw / 1000.0
-            arch_gran = 8 if self._arch() >= 9 else 1
+            arch = self._arch()
+            arch_gran = 8 if arch >= 9 else _SM_GRANULARITY.get(arch, 1)
             self._opset = OperatingSet(sm_clocks_mhz=clocks, power_limit_range_w=(lo / 1000.0, hi / 1000.0),
                                        sm_count=self._sm_total(), sm_granularity=arch_gran,
                                        default=OperatingPoint(power_limit_w=default_w))
@@ -548,7 +615,9 @@ class NVMLDevice(Device):
                 except DeviceError:
                     pass     # the journal still holds it: restore() or the next open puts it back
             raise
-        self._sm_alloc = op.sm_count
+        # the count the hardware grants (a green context rounds a request up), not the request
+        self._sm_alloc = (None if op.sm_count is None
+                          else self.operating_set().granted_sm_count(int(op.sm_count)))
 
     def _change(self, setting: str, fn: str, *values: int, found_mw: int | None = None) -> None:
         """Journal ``setting`` (durably, if not journalled yet), then call setter ``fn``, with
@@ -567,7 +636,7 @@ class NVMLDevice(Device):
             except DeviceError as exc:
                 code = getattr(exc, "nvml_code", None)
                 if new and code not in self._transient and code != self._lost_code:
-                    journal.discard(setting)
+                    self._report_journal(journal.forget([setting]))
                 raise
 
     def _writable(self) -> jr.DeviceJournal:
@@ -596,19 +665,25 @@ class NVMLDevice(Device):
     def restore(self) -> None:
         """Undo what this object changed: reset clock locks, put back the power limit found
         before the first change. Signals are held back meanwhile; each step is retried on
-        transient errors; a step's journal entry is removed only after it succeeded. Tries
-        every step and raises the first failure after trying them all."""
+        transient errors. Tries every step and raises the first NVML failure after trying them
+        all. The card comes first: the journal loses the restored entries only afterwards,
+        best effort — a journal that cannot be written (a full or read-only folder) never
+        stops or fails a restore; it is left as it was (restoring again is harmless) and one
+        line on stderr names it."""
         self._sm_alloc = None
         if self._journal is None:
             return
         errors: list[DeviceError] = []
+        done: list[str] = []
         with shielded():
             for e in [self._journal.entries[s] for s in jr.SETTINGS if self._journal.has(s)]:
                 try:
                     self._undo(e)
-                    self._journal.clear(e.setting)
                 except DeviceError as exc:
                     errors.append(exc)
+                    continue
+                done.append(e.setting)
+            self._report_journal(self._journal.forget(done))
         if not self._journal.entries:
             self._disarm_atexit()
         if errors:
@@ -616,6 +691,14 @@ class NVMLDevice(Device):
                 raise DeviceError(f"restoring {self.name} failed: "
                                   + "; ".join(str(e) for e in errors)) from errors[0]
             raise errors[0]
+
+    def _report_journal(self, err: DeviceError | None) -> None:
+        """One line on stderr for a journal that could not be updated (once per device)."""
+        if err is None or self._journal_reported:
+            return
+        self._journal_reported = True
+        print(f"ecal: {self.name}: {err}; `ecal restore --device "
+              f"nvml:{self.index}` clears it once it can be written", file=sys.stderr, flush=True)
 
     @property
     def changed_settings(self) -> tuple[str, ...]:
@@ -694,13 +777,15 @@ class NVMLDevice(Device):
 
         Never raises a failed restore (``close`` often runs in a ``finally`` whose exception
         must stay the one raised): it prints one line on stderr, and the journal stays for the
-        next open or ``ecal restore``."""
+        next open or ``ecal restore``. A journal that cannot be written never stops it either."""
         if self._closed:
             return
         try:
             if self.changed_settings:
                 self.restore()
-        except DeviceError as exc:
+            if self._journal is not None:
+                self._report_journal(self._journal.sync())
+        except (DeviceError, OSError) as exc:
             print(f"ecal: closing {self.name} without restoring it ({exc}); run `ecal restore "
                   f"--device nvml:{self.index}`", file=sys.stderr, flush=True)
         finally:

@@ -240,7 +240,12 @@ def measure_point(device: Device, work: Any, name: str, protocol: Protocol = Pro
                   omega: OperatingPoint | None = None, kappa: str | None = None,
                   theta: str | None = None, meta: Mapping[str, Any] | None = None) -> Signature:
     """Characterize ``work`` at the device's current operating point; a measured
-    :class:`Signature` (variances of the mean over windows) with the protocol's metadata."""
+    :class:`Signature` (variances of the mean over windows) with the protocol's metadata.
+
+    When the work runs on ``sm_count`` SMs and ``omega`` names that same count, the signature
+    records the count the device *grants* (a request is rounded up to the hardware's
+    granularity: 66 runs as 72 on Hopper), with the request in ``meta["sm_requested"]``."""
+    omega, granted_meta = _granted_omega(device, omega or OperatingPoint(), sm_count)
     start = device.time_s()
     if ready_w is None:
         ready_w = measure_ready_power_w(device, protocol)
@@ -265,6 +270,7 @@ def measure_point(device: Device, work: Any, name: str, protocol: Protocol = Pro
     # Power capping is part of the operating point; thermal or hardware slowdown is not: flag it.
     slow = [i for i, w in enumerate(windows) if set(w.throttle_reasons) & SLOWDOWN_REASONS]
     m = dict(meta or {})
+    m.update(granted_meta)
     m.update(device.describe())
     m.update(
         protocol=protocol.window, protocol_settings=protocol.to_dict(),
@@ -276,5 +282,18 @@ def measure_point(device: Device, work: Any, name: str, protocol: Protocol = Pro
         device_time_s=device.time_s() - start,
         variance="of the mean over windows of per-invocation values",
     )
-    return Signature.from_runs(name, times, energies, s_w=ready_w, omega=omega or OperatingPoint(),
+    return Signature.from_runs(name, times, energies, s_w=ready_w, omega=omega,
                                kappa=kappa, theta=theta, meta=m)
+
+
+def _granted_omega(device: Device, omega: OperatingPoint,
+                   sm_count: int | None) -> tuple[OperatingPoint, dict[str, Any]]:
+    """``omega`` with its ``sm_count`` as granted when the work runs on that allocation."""
+    if sm_count is None or omega.sm_count != sm_count:
+        return omega, {}
+    from .sm_alloc import granted_sm_count
+
+    granted = granted_sm_count(device, int(sm_count))
+    if granted == sm_count:
+        return omega, {}
+    return omega.with_(sm_count=granted), {"sm_requested": int(sm_count)}

@@ -7,6 +7,13 @@ another element's calibration, see :class:`~measure.sweep.ReadyPowerCache`) or `
 :mod:`frontier.pareto`: its name, exact variances and ``d_j``, so a resumed point equals the
 measured one bit for bit). A malformed line is an error naming the file and line.
 
+**One file, one measurement.** A file has exactly one header, its first record, and every point
+belongs to it: a second header (two results logs joined with ``cat``), or a point whose key
+``[element, κ, ω]`` names another element than the header's (a point copied from another
+file), is a :class:`FormatError` naming the file and the line, on resume as in ``ecal store
+import``, and the file is left byte for byte. Points of two measurements are never filed
+under one header.
+
 **Never change a file that is not ours.** A file is ours when its first record is a header this
 module writes (``format`` :data:`RESULTS_FORMAT`; or, from older writers, ``kind`` "header"
 with no ``format`` and their element, device and grid fields). An empty file is a new one.
@@ -42,6 +49,14 @@ point's key is used (older writers dropped it, so resumed points came back named
 One writer per file: :meth:`ResultsLog.open` locks the real path (``<real path>.lock``, which
 names the holder's PID) and the data file's inode (``flock``), so neither a symlink nor a hard
 link lets a second writer in (see :func:`_open_locked`).
+
+**No one else's file.** A results path that is a symlink is followed only when the caller owns
+the link (or root does) and the file it names (:func:`frontier.io.check_own_path`): a link
+another user planted in a shared folder (``alice/r.jsonl -> /secret``) is refused with one line
+before anything is created, locked or written, so a run as root never appends to, or leaves a
+lock beside, a file of the planter's choice. A write that fails (a full disk, a read-only file
+system) is an :class:`OSError` naming the file; the bytes of the failed record are cut off
+again where the file system allows, so the file keeps every complete point.
 """
 
 from __future__ import annotations
@@ -56,6 +71,7 @@ from pathlib import Path
 from typing import Any
 
 from frontier.errors import FormatError
+from frontier.io import check_own_path
 from frontier.operating_point import OperatingPoint
 from frontier.signature import Signature
 
@@ -70,7 +86,7 @@ RESULTS_VERSION = 2
 DEVICE_IDENTITY = ("device", "uuid", "driver", "seed")
 
 
-class ResultsMismatchError(DeviceError):
+class ResultsMismatchError(DeviceError, ValueError):
     """A results file belongs to another measurement than this run (another GPU, seed,
     protocol or element): resuming it would mix measurements. ``file``, ``field`` (e.g.
     ``device.uuid``, ``protocol.target_rse``), ``found`` (the file's value) and ``this_run``."""
@@ -104,7 +120,7 @@ def dev_key(omega: OperatingPoint) -> str:
 def results_lock(path: str | os.PathLike, doing: str = "") -> ProcessLock:
     """The lock naming the writer of results file ``path``: a :class:`ProcessLock` on
     ``<real path>.lock`` (``os.path.realpath``, so a symlink or another spelling of the path
-    meets the same lock; the file stays behind, it is only a rendezvous). :meth:`ResultsLog.open`
+    meets the same lock; the lock file is removed when its holder releases it). :meth:`ResultsLog.open`
     takes it, then an ``flock`` on the data file itself."""
     real = os.path.realpath(path)
     what = f"results file {os.fspath(path)}" + (f" ({real})" if real != os.path.abspath(path) else "")
@@ -127,7 +143,9 @@ def _open_locked(path: Path, doing: str) -> tuple[int, ProcessLock]:
     try:
         real = os.path.realpath(path)
         existed = os.path.lexists(real)
-        fd = os.open(real, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        # the real path has no symlink left: O_NOFOLLOW refuses one swapped in since
+        fd = os.open(real, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
+                     0o644)
     except BaseException:
         lock.release()
         raise
@@ -258,6 +276,7 @@ class ResultsLog:
         self.points: dict[str, Signature] = {}
         self.ready_w: dict[str, float] = {}
         self.header: dict[str, Any] | None = None
+        self._header_line = 0
         self.dropped_partial_line = False
         self._fd: int | None = None
         self._locks: list[ProcessLock] = []
@@ -270,7 +289,11 @@ class ResultsLog:
         """Open ``path`` as its only writer (see :func:`results_lock`; close it, or use
         ``with``). Raises :class:`~measure.locks.LockedError` naming the holder's PID when
         another process writes it, :class:`FormatError` (file unchanged) when it is not an
-        energy-calculus results file; drops a torn last line."""
+        energy-calculus results file or holds two measurements (a second header, a point of
+        another element), :class:`~frontier.io.UnsafePathError` when ``path`` leads through a
+        symlink another user owns or into another user's file (nothing created or locked);
+        drops a torn last line."""
+        check_own_path(path)
         log = cls(None)
         log.path = Path(path)
         lock_file = results_lock(path).path
@@ -354,7 +377,12 @@ class ResultsLog:
             raise FormatError(str(self.path), f"line {line}", "expected an object with a 'kind'")
         kind = rec["kind"]
         if kind == "header":
-            self.header = rec
+            if self.header is not None:
+                raise FormatError(str(self.path), f"line {line}",
+                                  f"a second header (the file's header is line {self._header_line}): "
+                                  "two results logs joined into one? refusing to mix their points "
+                                  "(split the file at this line)")
+            self.header, self._header_line = rec, line
         elif kind == "ready":
             try:
                 self.ready_w[rec["omega_dev"]] = float(rec["ready_power_w"])
@@ -364,9 +392,23 @@ class ResultsLog:
         elif kind == "point":
             if "key" not in rec or "signature" not in rec:
                 raise FormatError(str(self.path), f"line {line}", "a 'point' record needs key and signature")
+            self._check_key(rec["key"], line)
             self.points[rec["key"]] = self._decode(rec, f"line {line}.signature")
         else:
             raise FormatError(str(self.path), f"line {line}.kind", f"unknown kind {kind!r}")
+
+    def _check_key(self, key: Any, line: int) -> None:
+        """A point's key must be ``[element, κ, ω]`` of the header's element."""
+        element = _element_of(key) if isinstance(key, str) else None
+        if element is None:
+            raise FormatError(str(self.path), f"line {line}.key",
+                              f"{str(key)[:80]!r} is not a point key [element, kappa, omega]")
+        want = (self.header or {}).get("element")
+        if want is not None and element != want:
+            raise FormatError(str(self.path), f"line {line}.key",
+                              f"a point of element {element!r} under the header (line "
+                              f"{self._header_line}) of {want!r}: a point from another results "
+                              "log? refusing to mix them")
 
     def _decode(self, rec: Mapping[str, Any], where: str) -> Signature:
         _, from_dict = _codec()
@@ -384,9 +426,19 @@ class ResultsLog:
         if self._fd is None:
             raise RuntimeError(f"{self.path}: opened for reading; use ResultsLog.open to write")
         data = line.encode("ascii")        # json.dumps escapes all non-ASCII
-        while data:                        # O_APPEND: every write lands at the end
-            data = data[os.write(self._fd, data):]
-        os.fsync(self._fd)
+        end = -1
+        try:
+            end = os.fstat(self._fd).st_size
+            while data:                    # O_APPEND: every write lands at the end
+                data = data[os.write(self._fd, data):]
+            os.fsync(self._fd)
+        except OSError as exc:
+            # a full disk or a failing device: cut off what was written of this record (a
+            # resume would drop it as a torn line anyway), and name the file
+            if end >= 0:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, end)
+            raise OSError(exc.errno, exc.strerror or str(exc), str(self.path)) from exc
         return line
 
     def check_identity(self, now: Mapping[str, Any], protocol_defaults: Mapping[str, Any]) -> None:

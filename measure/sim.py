@@ -119,8 +119,18 @@ class SimSpec:
     power_noise: float = 0.01          # relative board-power fluctuation per 50 ms of work
     # co-runs (run_parallel): a persistent stream sharing its SMs with full-grid blocks has its
     # per-SM, latency-bound bandwidth divided by 1 + this × their activity (L1/L2 contention);
-    # fitted to the H200's GEMM ∥ axpy@4SM time (experiments/sim_corun_calibration.py)
-    corun_l2_interference: float = 2.85
+    # fitted (jointly with the next one) to the H200's GEMM ∥ axpy@4SM time deviation
+    # (experiments/sim_corun_calibration.py)
+    corun_l2_interference: float = 1.6
+    # memory-system pressure between streams running at the same instant, whatever their SM
+    # partitions (green contexts included): a stream's compute time is stretched and its per-SM
+    # bandwidth divided by 1 + x/(1 + x), x = this × the HBM bandwidth fraction the other
+    # streams draw (their traffic crosses the same L2 slices, crossbar and HBM queues, raising
+    # load latency, and a streaming co-runner evicts the other's L2-resident operands; the
+    # x/(1 + x) form, at most a doubling, is an assumption). Fitted, jointly with the one above,
+    # to the H200's GEMM ∥ axpy@4SM energy deviation (the GEMM slows next to a 4-SM stream);
+    # never checked on a green-context split (data/h200 holds no such co-run)
+    corun_mem_interference: float = 3.75
 
     def supported_sm_clocks(self) -> tuple[float, ...]:
         """SM clocks (MHz, descending) in steps of ``sm_clock_step_mhz``."""
@@ -318,16 +328,20 @@ class SimulatedGPU(Device):
                               s.ambient_c + s.thermal_r_c_per_w * 79.0)
 
     def _times(self, k: SimKernel, f: float, fmem: float, n_sm: float, hbm_scale: float = 1.0,
-               sm_bw_scale: float = 1.0) -> tuple[float, float, float, float]:
+               sm_bw_scale: float = 1.0, stall: float = 1.0) -> tuple[float, float, float, float]:
         """(time, compute time, memory time, link time) of one invocation. A co-run passes
-        ``hbm_scale`` (its share of HBM bandwidth) and ``sm_bw_scale`` (per-SM bandwidth left
-        under L2/latency interference); alone both are 1 and leave the arithmetic untouched."""
+        ``hbm_scale`` (its share of HBM bandwidth), ``sm_bw_scale`` (per-SM bandwidth left
+        under L2/latency interference on shared SMs) and ``stall`` (>= 1: memory-system
+        pressure from co-runners stretches the compute time and divides the per-SM bandwidth);
+        alone all are 1 and leave the arithmetic untouched. The compute time returned is the
+        stall-free one (the FLOPs' time: stalled tensor cores draw no compute power)."""
         s = self.spec
         fr = f / s.sm_clock_max_mhz
         t_c = k.flops / (s.flops_per_sm * k.compute_eff * n_sm * fr) if k.flops else 0.0
         if k.tiles:
             waves = k.tiles / n_sm
             t_c *= math.ceil(waves - 1e-9) / waves     # the last wave leaves SMs idle
+        t_c_run = t_c * stall if stall != 1.0 else t_c
         t_m = 0.0
         if k.bytes:
             hbm = s.mem_bw_bps * k.mem_eff * fmem / s.mem_clocks_mhz[0]
@@ -336,12 +350,14 @@ class SimulatedGPU(Device):
                 hbm *= hbm_scale
             if sm_bw_scale != 1.0:
                 per_sm *= sm_bw_scale
+            if stall != 1.0:
+                per_sm /= stall
             p = s.bw_norm_p
             bw = (hbm**-p + per_sm**-p) ** (-1.0 / p)
             t_m = k.bytes / bw
         t_l = k.link_bytes / (k.link_bw_bps * min(1.0, n_sm / k.link_sm_sat)) if k.link_bytes else 0.0
         q = s.roofline_q
-        t = (t_c**q + t_m**q + t_l**q) ** (1.0 / q) + k.overhead_s
+        t = (t_c_run**q + t_m**q + t_l**q) ** (1.0 / q) + k.overhead_s
         return t, t_c, t_m, t_l
 
     def _dynamic_w(self, k: SimKernel, f: float, fmem: float, n_sm: float,
@@ -649,7 +665,13 @@ class SimulatedGPU(Device):
           scaled by one factor until it fits);
         * **contention on shared SMs**: a persistent stream sharing its SMs with full-grid
           blocks (no green context) has its per-SM, latency-bound bandwidth divided by
-          ``1 + corun_l2_interference × the full-grid streams' activity``.
+          ``1 + corun_l2_interference × the full-grid streams' activity``;
+        * **memory-system pressure, whatever the partitions** (green contexts included): with
+          ``x = corun_mem_interference ×`` the HBM bandwidth fraction drawn by the streams
+          running at the same instant as this one, its compute time is stretched and its
+          per-SM bandwidth divided by ``1 + x / (1 + x)`` (shared L2 slices, crossbar and HBM
+          queues; a streaming co-runner evicts its L2-resident operands). Stalled compute
+          draws no compute power; the time is paid at static and front-end power.
 
         Phases last until a stream finishes (or 50 ms); the rest continue with what is left. A
         single stream runs as :meth:`run` would (same time and power, its own noise draws)."""
@@ -706,10 +728,20 @@ class SimulatedGPU(Device):
             res_act = sum(u * n for u, n, r in zip(util, n_eff, resident) if r) / s.sm_count
             press = [res_act if fl else (grid_act if r else 0.0) for fl, r in zip(full, resident)]
             lat = [1.0 / (1.0 + s.corun_l2_interference * x) for x in press]
+            # memory-system pressure, whatever the partitions: the HBM bandwidth fraction the
+            # streams running at the same instant as this one draw (alone, at this clock) —
+            # every pinned stream, and the full-grid ones for the share of time each runs (a
+            # full-grid stream does not run at the same instant as another full-grid one)
+            hbm_frac = [(k.bytes / t[0]) / hbm_bw if k.bytes else 0.0 for k, t in zip(ks, alone)]
+            pinned_frac = sum(u for u, fl in zip(hbm_frac, full) if not fl)
+            grid_frac = sum(wi * u for wi, u, fl in zip(w, hbm_frac, full) if fl)
+            others = [pinned_frac - (0.0 if fl else u) + (0.0 if fl else grid_frac)
+                      for u, fl in zip(hbm_frac, full)]
+            stall = [1.0 + _sat(s.corun_mem_interference * x) for x in others]
 
             def with_hbm(scale: float) -> tuple[list[tuple[float, float, float, float]], float]:
-                tms = [self._times(k, f, fmem, n, hbm_scale=scale, sm_bw_scale=x)
-                       for k, n, x in zip(ks, n_eff, lat)]
+                tms = [self._times(k, f, fmem, n, hbm_scale=scale, sm_bw_scale=x, stall=st)
+                       for k, n, x, st in zip(ks, n_eff, lat, stall)]
                 bw = [k.bytes / t[0] for k, t in zip(ks, tms)]
                 # what is drawn at once: every pinned stream and one full-grid stream at a time
                 drawn = (sum(b for b, fl in zip(bw, full) if not fl)
@@ -795,3 +827,8 @@ def with_spec(**changes: Any) -> SimSpec:
     return replace(H200, **changes)
 
 
+
+
+def _sat(x: float) -> float:
+    """x / (1 + x): about x for small x, never more than 1."""
+    return x / (1.0 + x)

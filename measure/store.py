@@ -23,6 +23,26 @@ transaction durable. Readers never block writers.
 :func:`read_points`, :meth:`ResultsStore.merge` (an import never duplicates a point, and says
 what it added) and the exports.
 
+**Failures are one line naming the store.** Every SQLite operation of :class:`ResultsStore`
+(opening, queries, transactions, :meth:`~ResultsStore.commit_unit`) turns an
+``sqlite3.Error`` (a damaged page: "database disk image is malformed"; a full disk: "database
+or disk is full"; a read-only file) into a :class:`StoreError` naming the store's path, which
+``ecal`` prints as one line (exit 2) in every command that reads or writes a store (``ecal
+store``, ``ecal frontier STORE``, ``ecal plan`` of a workload reading one, ``ecal
+campaign``). A failed transaction is rolled back: the store keeps what it held.
+
+**Only finite numbers go in.** A signature with a field that is not a finite number, derived
+fields included (``energy_j`` = s·T + d overflows to inf for ``time_s`` = ``d_j`` = 1e308), is
+refused: by :func:`read_points` (a :class:`FormatError` naming the file and the point, before
+the store is opened, so an import adds nothing) and by :meth:`ResultsStore.add` itself. A row
+that cannot be decoded anyway (a store written before this check, or a damaged row) is skipped
+by :meth:`ResultsStore.rows` with a warning naming the store and the row (logged to
+``measure.store``; ``ecal`` prints it as ``ecal: warning: ...`` on stderr), and the other rows
+are read: one bad row never hides the good points of its element.
+
+**Symlinks.** A store path that leads through a symlink another user owns, or into another
+user's file, is refused (:func:`frontier.io.check_own_path`): opening a store writes to it.
+
 >>> import tempfile, os
 >>> from frontier.signature import Signature
 >>> path = os.path.join(tempfile.mkdtemp(), "r.sqlite")
@@ -34,7 +54,10 @@ what it added) and the exports.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import math
 import os
 import socket
 import sqlite3
@@ -45,8 +68,11 @@ from pathlib import Path
 from typing import Any
 
 from frontier.errors import EnergyCalculusError, FormatError
+from frontier.io import check_own_path
 from frontier.operating_point import OperatingPoint
 from frontier.signature import Signature
+
+_log = logging.getLogger(__name__)
 
 STORE_FORMAT = "energy-calculus/store"
 STORE_VERSION = 1
@@ -91,7 +117,55 @@ CREATE TABLE IF NOT EXISTS units (
 
 
 class StoreError(EnergyCalculusError):
-    """A store cannot be opened or written (names the file and the problem)."""
+    """A store cannot be opened, read or written (names the file and the problem)."""
+
+
+def _sqlite_problem(exc: sqlite3.Error) -> str:
+    """An SQLite error in words, with what to do where that is known."""
+    text = str(exc) or type(exc).__name__
+    low = text.lower()
+    if "disk is full" in low:
+        return f"{text} (free space, then rerun: nothing of the failed write was stored)"
+    if "malformed" in low or "corrupt" in low:
+        return f"{text} (the store is damaged: restore it from a copy)"
+    if "readonly" in low or "read-only" in low:
+        return f"{text} (the store or its folder is not writable)"
+    return text
+
+
+def _not_a_database(exc: sqlite3.Error) -> bool:
+    return (getattr(exc, "sqlite_errorname", "") == "SQLITE_NOTADB"
+            or "file is not a database" in str(exc))
+
+
+def nonfinite_field(sig: Signature) -> tuple[str, Any] | None:
+    """The first field of ``sig`` (in its file form, :func:`frontier.pareto.signature_to_dict`,
+    metadata aside) that is not a finite number, as (dotted path, value); None when all are.
+    Derived fields count: ``energy_j`` = s·T + d overflows to inf when T and d are huge."""
+    to_dict, _ = _codec()
+    body = to_dict(sig)
+    body.pop("meta", None)
+    stack: list[tuple[str, Any]] = [("", body)]
+    while stack:
+        path, v = stack.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            return path, v
+        if isinstance(v, Mapping):
+            stack.extend((f"{path}.{k}" if path else str(k), x) for k, x in reversed(v.items()))
+        elif isinstance(v, list | tuple):
+            stack.extend((f"{path}[{i}]", x) for i, x in reversed(list(enumerate(v))))
+    return None
+
+
+def _nonfinite_problem(sig: Signature) -> str | None:
+    bad = nonfinite_field(sig)
+    if bad is None:
+        return None
+    field, value = bad
+    why = (f" (E = s_w·T + d_j = {sig.s_w:g}·{sig.time_s:g} + {sig.d_j:g} overflows a float)"
+           if field == "energy_j" and math.isfinite(sig.time_s) and math.isfinite(sig.d_j)
+           else "")
+    return f"{field} is {value}{why}: not a finite number; refusing the point"
 
 
 def is_store_path(path: str | os.PathLike) -> bool:
@@ -248,14 +322,16 @@ class ResultsStore:
     def __init__(self, path: str | os.PathLike, busy_timeout_s: float = 60.0,
                  create: bool = True):
         self.path = Path(path)
+        self._warned: set[int] = set()
         if not create and not self.path.exists():
             raise FileNotFoundError(2, "no such file", str(path))
+        check_own_path(self.path)
         try:
             # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE ... COMMIT)
             self._db = sqlite3.connect(str(self.path), timeout=busy_timeout_s,
                                        isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
-            raise StoreError(f"{path}: cannot open the store: {exc}") from None
+            raise StoreError(f"{path}: cannot open the store: {_sqlite_problem(exc)}") from None
         try:
             self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
             mode = self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -263,7 +339,8 @@ class ResultsStore:
                 raise StoreError(f"{path}: the store needs WAL mode, got {mode!r} (a network "
                                  "file system? put the store on a local disk)")
             self._db.execute("PRAGMA synchronous = FULL")
-            with self.transaction():
+            self._db.execute("BEGIN IMMEDIATE")   # raw: SQLite errors are sorted out below
+            try:
                 for stmt in _SCHEMA.strip().split(";"):
                     if stmt.strip():
                         self._db.execute(stmt)
@@ -274,10 +351,18 @@ class ResultsStore:
                 elif row[0] != STORE_FORMAT:
                     raise FormatError(str(path), "meta.format",
                                       f"{row[0]!r} is not an energy-calculus store")
-        except sqlite3.DatabaseError as exc:
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        self._db.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
             self._db.close()
-            raise FormatError(str(path), "content",
-                              f"not an energy-calculus store ({exc}); refusing to change it") from None
+            if _not_a_database(exc):
+                raise FormatError(str(path), "content", f"not an energy-calculus store ({exc}); "
+                                  "refusing to change it") from None
+            raise StoreError(f"{path}: cannot open the store: {_sqlite_problem(exc)}") from None
         except BaseException:
             self._db.close()
             raise
@@ -287,7 +372,34 @@ class ResultsStore:
         """Close the connection (idempotent)."""
         db, self._db = getattr(self, "_db", None), None
         if db is not None:
-            db.close()
+            with self._sql("closing"):
+                db.close()
+
+    @contextlib.contextmanager
+    def _sql(self, doing: str) -> Iterator[None]:
+        """Within the block, an ``sqlite3.Error`` becomes a :class:`StoreError` naming the
+        store, what was being done and (where known) what to do."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: {doing}: {_sqlite_problem(exc)}") from None
+
+    def _all(self, sql: str, args: Iterable[Any] = (), doing: str = "reading the store"
+             ) -> list[Any]:
+        """Every row of a query (fetched inside :meth:`_sql`: a damaged page met half way is
+        a :class:`StoreError` too)."""
+        with self._sql(doing):
+            return self._db.execute(sql, tuple(args)).fetchall()
+
+    def _run(self, sql: str, args: Iterable[Any] = (), doing: str = "writing the store") -> None:
+        with self._sql(doing):
+            self._db.execute(sql, tuple(args))
+
+    def _warn_row(self, row_id: int, what: str, why: str) -> None:
+        if row_id not in self._warned:
+            self._warned.add(row_id)
+            _log.warning("%s: row %s (%s) cannot be read (%s); skipped, the other rows are read",
+                         self.path, row_id, what, why)
 
     def __enter__(self) -> ResultsStore:
         return self
@@ -297,8 +409,9 @@ class ResultsStore:
 
     def transaction(self) -> _Transaction:
         """``with store.transaction():`` one write transaction (``BEGIN IMMEDIATE``): all of
-        it is committed, or none of it (rolled back on any exception)."""
-        return _Transaction(self._db)
+        it is committed, or none of it (rolled back on any exception). SQLite errors of the
+        transaction itself (a full disk at COMMIT) are :class:`StoreError`."""
+        return _Transaction(self)
 
     # -- signatures -----------------------------------------------------------------------------
     def add(self, sig: Signature, *, gpu_model: str | None = None, uuid: str | None = None,
@@ -311,6 +424,9 @@ class ResultsStore:
         again) is replaced by this newer measurement with ``replace`` (default), kept
         otherwise. Runs in the caller's transaction when one is open, else in its own."""
         k = key_of(sig, gpu_model, uuid, driver, protocol, host)
+        bad = _nonfinite_problem(sig)
+        if bad is not None:
+            raise StoreError(f"{self.path}: {k.element} at {sig.omega.label()}: {bad}")
         body = _body(sig)
         verb = "INSERT OR REPLACE" if replace else "INSERT OR IGNORE"
         sql = (f"{verb} INTO signatures (element, kappa, theta, omega, gpu_model, uuid, driver, "
@@ -319,45 +435,60 @@ class ResultsStore:
         args = (*k.as_tuple(), float(sig.time_s), float(sig.energy_j), body, campaign, unit,
                 time.time())
         if self._db.in_transaction:
-            self._db.execute(sql, args)
+            self._run(sql, args, f"storing {k.element}")
         else:
             with self.transaction():
-                self._db.execute(sql, args)
+                self._run(sql, args, f"storing {k.element}")
         return k
 
     def rows(self, element: str | None = None, gpu_model: str | None = None,
              uuid: str | None = None, campaign: str | None = None,
              host: str | None = None) -> list[StoredSignature]:
         """Stored points, filtered (``gpu_model`` by :func:`model_matches`), in a stable order
-        (element, κ, θ, ω, then what measured them)."""
+        (element, κ, θ, ω, then what measured them). A row that cannot be decoded (text that
+        is not UTF-8 or JSON, a signature that does not parse, a number that is not finite) is
+        skipped with a warning naming the store and the row; the others are returned."""
         where, args = [], []
         for col, v in (("element", element), ("uuid", uuid), ("campaign", campaign),
                        ("host", host)):
             if v is not None:
                 where.append(f"{col} = ?")
                 args.append(v)
-        sql = ("SELECT element, kappa, theta, omega, gpu_model, uuid, driver, protocol, host, "
-               "signature, campaign, unit FROM signatures"
-               + (" WHERE " + " AND ".join(where) if where else "")
-               + " ORDER BY element, kappa, theta, omega, gpu_model, uuid, driver, protocol, host")
         _, from_dict = _codec()
         out = []
-        for r in self._db.execute(sql, args):
-            k = SignatureKey(*r[:9])
-            if gpu_model is not None and not model_matches(k.gpu_model, gpu_model):
+        for row_id, r in self._raw_rows(" WHERE " + " AND ".join(where) if where else "", args):
+            try:
+                k = SignatureKey(*_texts(r[:9]))
+                if gpu_model is not None and not model_matches(k.gpu_model, gpu_model):
+                    continue
+                campaign_, unit_ = _texts(r[10:12])
+                sig = from_dict(json.loads(_texts(r[9:10])[0]), file=str(self.path),
+                                path=f"signatures[{k.element}]")
+                bad = _nonfinite_problem(sig)
+                if bad is not None:
+                    raise ValueError(bad)
+            except (ValueError, TypeError) as exc:    # UnicodeDecodeError, JSON, FormatError
+                self._warn_row(row_id, _row_label(r), _why(exc))
                 continue
-            sig = from_dict(json.loads(r[9]), file=str(self.path), path=f"signatures[{k.element}]")
-            out.append(StoredSignature(k, sig, r[10], r[11]))
+            out.append(StoredSignature(k, sig, campaign_, unit_))
         return out
+
+    def _raw_rows(self, where: str = "", args: Iterable[Any] = ()) -> list[tuple[int, tuple]]:
+        """(row id, the twelve columns as bytes or None) of every selected row: text is
+        decoded per row by the caller, so one undecodable row does not end the query."""
+        cols = ", ".join(f"CAST({c} AS BLOB)" for c in _ROW_COLUMNS)
+        sql = (f"SELECT id, {cols} FROM signatures{where} ORDER BY element, kappa, theta, "
+               "omega, gpu_model, uuid, driver, protocol, host")
+        return [(r[0], tuple(r[1:])) for r in self._all(sql, args, "reading its points")]
 
     def gpu_models(self) -> list[str]:
         """The GPU models the store has measurements of."""
-        return [r[0] for r in self._db.execute(
+        return [r[0] for r in self._all(
             "SELECT DISTINCT gpu_model FROM signatures ORDER BY gpu_model")]
 
     def count(self) -> int:
         """Number of stored points."""
-        return int(self._db.execute("SELECT COUNT(*) FROM signatures").fetchone()[0])
+        return int(self._all("SELECT COUNT(*) FROM signatures")[0][0])
 
     def merge(self, sig: Signature, *, gpu_model: str | None = None, uuid: str | None = None,
               driver: str | None = None, protocol: Mapping[str, Any] | str | None = None,
@@ -375,10 +506,11 @@ class ResultsStore:
                                   protocol=protocol, host=host, campaign=campaign, unit=unit,
                                   replace=replace)
         k = key_of(sig, gpu_model, uuid, driver, protocol, host)
-        row = self._db.execute(
+        rows = self._all(
             "SELECT signature FROM signatures WHERE element = ? AND kappa = ? AND theta = ? AND "
             "omega = ? AND gpu_model = ? AND uuid = ? AND driver = ? AND protocol = ? AND host = ?",
-            k.as_tuple()).fetchone()
+            k.as_tuple(), f"looking up {k.element}")
+        row = rows[0] if rows else None
         if row is not None:
             if row[0] == _body(sig):
                 return "present"
@@ -391,8 +523,8 @@ class ResultsStore:
     def summary(self) -> list[GroupSummary]:
         """What the store holds per GPU model and element (sorted by both)."""
         groups: dict[tuple[str, str], list[tuple[Any, ...]]] = {}
-        for r in self._db.execute("SELECT gpu_model, element, campaign, unit, host, uuid "
-                                  "FROM signatures"):
+        for r in self._all("SELECT gpu_model, element, campaign, unit, host, uuid "
+                           "FROM signatures"):
             groups.setdefault((r[0], r[1]), []).append(r)
         out = []
         for (model, element), rs in sorted(groups.items()):
@@ -406,7 +538,7 @@ class ResultsStore:
     def campaigns(self) -> list[CampaignSummary]:
         """Every campaign the store has seen: units committed and points stored (by name)."""
         return [CampaignSummary(name, int(units), int(points), float(created))
-                for name, created, units, points in self._db.execute(
+                for name, created, units, points in self._all(
                     "SELECT c.name, c.created_at_s, "
                     "(SELECT COUNT(*) FROM units u WHERE u.campaign = c.name), "
                     "(SELECT COUNT(*) FROM signatures s WHERE s.campaign = c.name) "
@@ -415,19 +547,36 @@ class ResultsStore:
     # -- campaigns ------------------------------------------------------------------------------
     def campaign_spec(self, name: str) -> dict[str, Any] | None:
         """The identity a campaign was first run with (None when the store has not seen it)."""
-        row = self._db.execute("SELECT spec FROM campaigns WHERE name = ?", (name,)).fetchone()
-        return json.loads(row[0]) if row else None
+        rows = self._all("SELECT spec FROM campaigns WHERE name = ?", (name,),
+                         f"reading campaign {name}")
+        if not rows:
+            return None
+        try:
+            return json.loads(rows[0][0])
+        except (TypeError, ValueError) as exc:
+            raise StoreError(f"{self.path}: campaign {name}: its recorded spec cannot be read "
+                             f"({_why(exc)}); use another store or campaign name") from None
 
     def register_campaign(self, name: str, identity: Mapping[str, Any]) -> None:
         """Record a campaign's identity the first time it runs (no-op afterwards)."""
         with self.transaction():
-            self._db.execute("INSERT OR IGNORE INTO campaigns VALUES (?, ?, ?)",
-                             (name, _canon(_json_safe(dict(identity))), time.time()))
+            self._run("INSERT OR IGNORE INTO campaigns VALUES (?, ?, ?)",
+                      (name, _canon(_json_safe(dict(identity))), time.time()),
+                      f"registering campaign {name}")
 
     def done_units(self, campaign: str) -> dict[str, dict[str, Any]]:
-        """Committed units of ``campaign``: unit key → its record."""
-        return {u: json.loads(rec) for u, rec in self._db.execute(
-            "SELECT unit, record FROM units WHERE campaign = ?", (campaign,))}
+        """Committed units of ``campaign``: unit key → its record (a record that cannot be
+        decoded is ``{}`` with a warning: the unit is committed all the same)."""
+        out = {}
+        for u, rec in self._all("SELECT unit, record FROM units WHERE campaign = ?",
+                                (campaign,), f"reading the units of campaign {campaign}"):
+            try:
+                out[u] = json.loads(rec)
+            except (TypeError, ValueError) as exc:
+                _log.warning("%s: the record of campaign %s unit %s cannot be read (%s); the "
+                             "unit counts as done", self.path, campaign, u, _why(exc))
+                out[u] = {}
+        return out
 
     def commit_unit(self, campaign: str, unit: str, record: Mapping[str, Any],
                     signatures: Iterable[tuple[Signature, Mapping[str, Any]]]) -> bool:
@@ -436,13 +585,14 @@ class ResultsStore:
         unit was already committed (by this or a concurrent run of the same campaign), so a
         unit is counted exactly once."""
         with self.transaction():
-            if self._db.execute("SELECT 1 FROM units WHERE campaign = ? AND unit = ?",
-                                (campaign, unit)).fetchone():
+            if self._all("SELECT 1 FROM units WHERE campaign = ? AND unit = ?",
+                         (campaign, unit), f"committing unit {unit}"):
                 return False
             for sig, fields in signatures:
                 self.add(sig, campaign=campaign, unit=unit, **dict(fields))
-            self._db.execute("INSERT INTO units VALUES (?, ?, ?, ?)",
-                             (campaign, unit, _canon(_json_safe(dict(record))), time.time()))
+            self._run("INSERT INTO units VALUES (?, ?, ?, ?)",
+                      (campaign, unit, _canon(_json_safe(dict(record))), time.time()),
+                      f"committing unit {unit}")
         return True
 
     def contents(self, measured_by: bool = True) -> list[tuple[Any, ...]]:
@@ -451,10 +601,15 @@ class ResultsStore:
         ``host`` from the key and the signature's metadata): two runs that measured the same
         points on different cards of one model then compare equal."""
         out = []
-        for r in self._db.execute(
-                "SELECT element, kappa, theta, omega, gpu_model, uuid, driver, protocol, host, "
-                "signature, campaign, unit FROM signatures"):
-            key, body = list(r[:9]), json.loads(r[9])
+        for row_id, raw in self._raw_rows():
+            try:
+                r = _texts(raw)
+                key, body = list(r[:9]), json.loads(r[9])
+                if not isinstance(body, dict):
+                    raise ValueError("the signature is not a JSON object")
+            except (ValueError, TypeError) as exc:
+                self._warn_row(row_id, _row_label(raw), _why(exc))
+                continue
             if not measured_by:
                 key[5] = key[8] = ""
                 for f in ("uuid", "host"):
@@ -463,21 +618,65 @@ class ResultsStore:
         return sorted(out)
 
 
-class _Transaction:
-    """``BEGIN IMMEDIATE`` … ``COMMIT`` (``ROLLBACK`` on an exception)."""
+#: The columns :meth:`ResultsStore.rows` reads: the key, the signature, campaign and unit.
+_ROW_COLUMNS = ("element", "kappa", "theta", "omega", "gpu_model", "uuid", "driver", "protocol",
+                "host", "signature", "campaign", "unit")
 
-    def __init__(self, db: sqlite3.Connection):
-        self._db = db
+
+def _texts(raw: Iterable[Any]) -> list[Any]:
+    """Columns read as bytes (``CAST(... AS BLOB)``) back to text; None stays None. Raises
+    UnicodeDecodeError (a ValueError) on bytes that are not UTF-8."""
+    return [v.decode("utf-8") if isinstance(v, bytes) else v for v in raw]
+
+
+def _row_label(raw: tuple) -> str:
+    """Which point a row holds, in words, from whatever of its key decodes."""
+    def text(v: Any) -> str:
+        return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+    element, kappa, omega = text(raw[0]), text(raw[1]), text(raw[3])
+    try:
+        where = OperatingPoint.from_dict(json.loads(omega)).label()
+    except (TypeError, ValueError, AttributeError):
+        where = omega[:60]
+    return f"{element!r}{f' {kappa}' if kappa else ''} at {where}"
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, FormatError):
+        return f"{exc.path}: {exc.problem}"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"text that is not UTF-8 at byte {exc.start}"
+    if isinstance(exc, json.JSONDecodeError):
+        return f"invalid JSON: {exc.msg}"
+    return str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+class _Transaction:
+    """``BEGIN IMMEDIATE`` … ``COMMIT`` (``ROLLBACK`` on an exception); SQLite errors of the
+    transaction are :class:`StoreError` naming the store."""
+
+    def __init__(self, store: ResultsStore):
+        self._store = store
 
     def __enter__(self) -> sqlite3.Connection:
-        self._db.execute("BEGIN IMMEDIATE")
-        return self._db
+        self._store._run("BEGIN IMMEDIATE", doing="starting a write")
+        return self._store._db
 
     def __exit__(self, exc_type: Any, *exc: object) -> None:
+        db = self._store._db
         if exc_type is None:
-            self._db.execute("COMMIT")
-        else:
-            self._db.execute("ROLLBACK")
+            try:
+                self._store._run("COMMIT", doing="committing")
+            except BaseException:
+                if db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        db.execute("ROLLBACK")
+                raise
+        elif db.in_transaction:
+            # SQLite may have rolled back already (a full disk); the first error is the one
+            # the caller hears
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
 
 
 # -- contract D: what frontier / plan / workload files read ---------------------------------------
@@ -505,6 +704,10 @@ def import_signature_file(store: ResultsStore, path: str | os.PathLike, *,
     from frontier.io import load_signatures
 
     sigs = load_signatures(path)
+    for name, s in sigs.items():
+        bad = _nonfinite_problem(s)
+        if bad is not None:
+            raise FormatError(str(path), f"signatures.{name}", bad)
     with store.transaction():
         for name, s in sigs.items():
             element = name.split("@", 1)[0]
@@ -563,6 +766,10 @@ def import_results_log(store: ResultsStore, path: str | os.PathLike, *,
     fields = _results_log_fields(log.header)
     if gpu_model:
         fields["gpu_model"] = gpu_model
+    for point, sig in log.points.items():
+        bad = _nonfinite_problem(sig)
+        if bad is not None:
+            raise FormatError(str(path), f"point {point}", bad)
     with store.transaction():
         for point, sig in log.points.items():
             # the point's key (its κ label) is kept as the row's unit, for a faithful export
@@ -664,7 +871,9 @@ def read_points(path: str | os.PathLike) -> PointsRead:
     signature file (:func:`frontier.io.load_signatures`: ``ecal characterize -o``, ``ecal
     import``, a workbook, a store export with its ``store`` block) or an ``ecal characterize
     --json`` document. The file is only read. Raises :class:`FormatError` naming the file (and
-    the line or field) for anything else, FileNotFoundError for a missing file."""
+    the line or field) for anything else, FileNotFoundError for a missing file. A point with a
+    field that is not a finite number (``energy_j`` = s·T + d included) is a
+    :class:`FormatError` naming the file and the point: the store takes none of it."""
     p = os.fspath(path)
     with open(p, "rb") as fh:
         head = fh.read(1 << 16)
@@ -673,12 +882,21 @@ def read_points(path: str | os.PathLike) -> PointsRead:
                                        "file or a results log: export it first (ecal store export)")
     lead = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if lead.startswith(b'{"kind"'):
-        return _results_log_points(p)
+        return _finite(_results_log_points(p))
     if lead.startswith(b"{"):
-        return _signature_file_points(p)
+        return _finite(_signature_file_points(p))
     raise FormatError(p, "(file)", ("is empty" if not lead else "is not JSON") + ": neither a "
                       "signature file (a JSON object with schema_version and signatures) nor a "
                       "results log (JSON lines, a header record first)")
+
+
+def _finite(read: PointsRead) -> PointsRead:
+    """``read``, after checking that every number of every point is finite."""
+    for pt in read.points:
+        bad = _nonfinite_problem(pt.signature)
+        if bad is not None:
+            raise FormatError(read.file, pt.where, bad)
+    return read
 
 
 def _results_log_points(p: str) -> PointsRead:

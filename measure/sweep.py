@@ -16,12 +16,13 @@ makes a simulated point depend on its key and the seed only.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import socket
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from frontier.operating_point import OperatingPoint
@@ -31,6 +32,9 @@ from .device import Device, restoring
 from .grid import Grid, parse_grid
 from .protocol import Protocol, measure_point, measure_ready_power_w
 from .results_log import DEVICE_IDENTITY, ResultsLog, dev_key, point_key
+from .sm_alloc import granted_sm_count
+
+_logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -183,6 +187,7 @@ def sweep(device: Device, works: Mapping[str | None, Any], element: str,
     g = parse_grid(grid)
     opset = device.operating_set()
     g.validate(opset, read_only=device.read_only)
+    g, sm_granted = _as_granted(device, g)
     if ready_power_w is not None and g.changes_device:
         raise ValueError("ready_power_w is for sweeps at one ω_dev; this grid changes clocks or "
                          "power limits, whose ready power is calibrated per ω_dev")
@@ -194,10 +199,26 @@ def sweep(device: Device, works: Mapping[str | None, Any], element: str,
         header = {"element": element, "kappas": list(works), "grid": g.to_dict(),
                   "protocol": protocol.to_dict(), "device": device.describe(),
                   "host": socket.gethostname()}
+        if sm_granted:
+            header["sm_granted"] = {str(k): v for k, v in sm_granted.items()}
         log.check_identity(header, Protocol().to_dict())
         log.write_header(header)
-        return _sweep(device, works, element, g, protocol, log, progress, early_stop_k, theta,
-                      ready_power_w, results_path, ready_cache)
+        res = _sweep(device, works, element, g, protocol, log, progress, early_stop_k, theta,
+                     ready_power_w, results_path, ready_cache)
+    if sm_granted:
+        res = replace(res, meta={**res.meta, "sm_granted": {str(k): v for k, v in sm_granted.items()}})
+    return res
+
+
+def _as_granted(device: Device, g: Grid) -> tuple[Grid, dict[int, int]]:
+    """``g`` in the SM counts ``device`` grants (a request is rounded up to the hardware's
+    granularity); says once, as a warning, which requests run as which counts."""
+    g2, changed = g.granted(lambda n: granted_sm_count(device, n))
+    if changed:
+        pairs = ", ".join(f"{r} as {n}" for r, n in changed.items())
+        _logger.warning("%s grants SMs in steps of %d: sm_count %s; the signatures record the "
+                    "granted counts", device.name, device.operating_set().sm_granularity, pairs)
+    return g2, changed
 
 
 def _sweep(device: Device, works: Mapping[str | None, Any], element: str, g: Grid,

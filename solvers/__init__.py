@@ -27,10 +27,11 @@ from .model import (
     Option,
     Problem,
     ProblemError,
+    ProblemTooLargeError,
     SolverUnavailableError,
     Task,
 )
-from .options import SolveOptions
+from .options import LimitOptions, SolveOptions
 from .pipeline import load_perseus_profile, one_f_one_b, stage_order
 from .plan import ParetoCurve, Plan, PlanTerms, TaskPlan, plan_terms
 from .solve import METHODS, pick_method, solve
@@ -52,8 +53,8 @@ def plot_pareto(curve, path, others=None):
 
 __all__ = [
     "LeafTerms", "PlanTerms", "plan_terms",
-    "Problem", "Task", "Option", "ConstantTransition", "ProblemError", "InfeasibleError",
+    "Problem", "Task", "Option", "ConstantTransition", "ProblemError", "ProblemTooLargeError", "InfeasibleError",
     "SolverUnavailableError", "CertificateError", "meets_deadline", "Plan", "TaskPlan", "ParetoCurve", "solve", "pareto", "pick_method",
-    "METHODS", "SolveOptions", "one_f_one_b", "stage_order", "load_perseus_profile", "load_problem",
+    "METHODS", "SolveOptions", "LimitOptions", "one_f_one_b", "stage_order", "load_perseus_profile", "load_problem",
     "problem_from_dict", "problem_to_dict", "save_problem", "plot_timeline", "plot_pareto",
 ]

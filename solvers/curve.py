@@ -21,6 +21,7 @@ from .fast import polish_budget, solve_fast
 from .feasibility import bound_proves, check_bound
 from .hull_lp import HullLP
 from .ilp import allowed_options
+from .limits import check_points, check_problem
 from .model import InfeasibleError, Problem
 from .options import SolveOptions
 from .plan import ParetoCurve, Plan, choice_dtype, make_plan
@@ -51,17 +52,34 @@ def pareto(problem: Problem, deadlines: Sequence[float | str] | None = None, n_p
     points: a curve spends about one single plan's search in all. ``time_limit_s`` is only
     the wall-clock safety net of each point (default ``options.ilp.curve_safety_net_s`` for
     MILP points, :func:`solvers.fast.safety_net_s` for fast ones); a point it cut short says
-    so (``Plan.time_capped``, and ``ParetoCurve.time_capped`` for the curve). ``options``:
-    as for :func:`solvers.solve.solve` (``options.curve`` for the interpolation).
+    so (``Plan.time_capped``, and ``ParetoCurve.time_capped`` for the curve). A MILP point's
+    work is ``options.ilp.curve_node_binaries``. ``options``: as for
+    :func:`solvers.solve.solve` (``options.curve`` for the interpolation); a problem over
+    ``options.limits`` (tasks, options, ``max_curve_points`` deadlines) raises
+    :class:`~solvers.model.ProblemTooLargeError` before anything is solved.
     """
     options = options or SolveOptions()
+    check_problem(problem, options.limits)
+    check_points(int(n_points) if deadlines is None else len(deadlines), options.limits.max_curve_points)
     t0 = time.perf_counter()
-    fm = problem.fastest_makespan_s()
     lp = None
     chain = chain_order(problem, options.dp) is not None
     if method in ("fast", "ilp") or (method == "auto" and not chain):
-        lp = HullLP(problem)
+        lp = HullLP(problem, process_min_tasks=options.limits.lp_process_min_tasks)
+    try:
+        return _pareto(problem, deadlines, n_points, method, time_limit_s, dense, options, lp, t0)
+    finally:
+        if lp is not None:
+            lp.close()              # its child process, if it has one
+
+
+def _pareto(problem: Problem, deadlines, n_points: int, method: str, time_limit_s: float | None,
+            dense: bool, options: SolveOptions, lp: HullLP | None, t0: float) -> ParetoCurve:
+    """:func:`pareto` once its limits are checked, with its hull LP."""
+    fm = problem.fastest_makespan_s()
     limit = options.ilp.curve_safety_net_s if time_limit_s is None else time_limit_s
+    # a curve's MILP points get the curve's node budget (its work), per point
+    point_options = replace(options, ilp=replace(options.ilp, node_binaries=options.ilp.curve_node_binaries))
 
     def pick(D: float) -> str:
         if method != "auto":
@@ -80,7 +98,7 @@ def pareto(problem: Problem, deadlines: Sequence[float | str] | None = None, n_p
             hi = max(problem.index.makespan(solve_fast(problem, free, lp, search_work=0.0,
                                                        options=options).choice), fm)
         else:
-            hi = max(solve(problem, free, m_free, limit, options=options, _lp=lp).makespan_s, fm)
+            hi = max(solve(problem, free, m_free, limit, options=point_options, _lp=lp).makespan_s, fm)
         # Quadratic spacing: the curve is steepest near the fastest makespan, so put more
         # deadlines there (measured: fewer points where a denser curve would be cheaper).
         u = np.linspace(0.0, 1.0, max(int(n_points), 2))
@@ -120,7 +138,7 @@ def pareto(problem: Problem, deadlines: Sequence[float | str] | None = None, n_p
                                wall_s=w, proven=bound_proves(fr.lower_bound_j, fr.energy_j),
                                time_capped=fr.time_capped)
             else:
-                pl = solve(problem, D, m_d, limit, options=options, _lp=lp)
+                pl = solve(problem, D, m_d, limit, options=point_options, _lp=lp)
         except InfeasibleError:
             continue
         if plans and plans[-1].energy_j < pl.energy_j:
@@ -134,11 +152,27 @@ def pareto(problem: Problem, deadlines: Sequence[float | str] | None = None, n_p
     extra: tuple[tuple[float, float, float], ...] = ()
     extra_choices = None
     if dense and len(fast_res) >= 2 and switch_free:
-        extra, extra_choices = _densify(problem, fast_res, options.curve.densify_orders)
+        extra, extra_choices = _densify(problem, fast_res, options.curve.densify_orders,
+                                        options.limits.max_dense_cells)
     exact = bool(plans) and all(p.status == "optimal" for p in plans) and not extra
     used = sorted({p.method for p in plans})
     return ParetoCurve(problem.name, "+".join(used) or method, tuple(plans), time.perf_counter() - t0,
                        exact, extra, extra_choices, source=problem)
+
+
+def _rows_of(parts, rows: np.ndarray, n: int, dtype) -> np.ndarray:
+    """The choices of candidate ``rows`` (numbered over all pairs' kept prefixes, in order),
+    built only for those rows."""
+    out = np.zeros((len(rows), n), dtype=dtype)
+    if not len(rows):
+        return out
+    first = 0
+    for slow, fast, diff, kept in parts:
+        hit = np.flatnonzero((rows >= first) & (rows < first + len(kept)))
+        if hit.size:
+            out[hit] = _prefix_rows(slow, fast, diff, kept[rows[hit] - first], dtype)
+        first += len(kept)
+    return out
 
 
 def _reuse_previous(problem: Problem, prev, cur, D: float):
@@ -151,27 +185,29 @@ def _reuse_previous(problem: Problem, prev, cur, D: float):
     return cur
 
 
-def _densify(problem: Problem, fast_res, orders: tuple[str, ...] = ("ratio",)
-             ) -> tuple[tuple[tuple[float, float, float], ...], np.ndarray]:
+def _densify(problem: Problem, fast_res, orders: tuple[str, ...] = ("ratio",),
+             max_cells: int = 1 << 27) -> tuple[tuple[tuple[float, float, float], ...], np.ndarray]:
     """Interpolated plans between consecutive grid plans (switching tasks in each of
     ``orders``, see :func:`interpolate`), non-dominated, with tangent bounds: their
     (makespan_s, energy_j, bound_j) and their choices (one row of option indices each, in
     the smallest integer type that holds them: a user gets each back as a Plan, see
-    :meth:`ParetoCurve.plan_at`)."""
+    :meth:`ParetoCurve.plan_at`). Prefixes are evaluated in blocks of at most ``max_cells``
+    (prefix × task) cells, and when more than ``max_cells`` choice cells would be kept, the
+    points kept are thinned evenly to fit (never below the curve's grid plans)."""
     tangents = np.array([(D, r.lp_bound_j, r.slope_j_per_s) for D, r in fast_res])
     ix = problem.index
     dtype = choice_dtype(problem)
     mks, es, chs = [], [], []
     for (_, a), (_, b) in zip(fast_res, fast_res[1:]):
         for order in orders:
-            ch, mk, e = interpolate(problem, a.choice, b.choice, order=order)
+            diff, mk, e = _prefixes(problem, a.choice, b.choice, order, max_cells)
             # what one pair's own plans dominate cannot survive the whole curve's filter below
             # (same order, same ties): dropping it here keeps the choices held small
             o = np.lexsort((e, mk))
             live = np.ones(len(e), dtype=bool)
             live[1:] = e[o][1:] < np.minimum.accumulate(e[o])[:-1]
             rows = np.sort(o[live])
-            chs.append(ch[rows].astype(dtype))
+            chs.append((b.choice, a.choice, diff, rows))
             mks.append(mk[rows])
             es.append(e[rows])
     grid_mk = np.array([ix.makespan(r.choice) for _, r in fast_res])
@@ -187,7 +223,11 @@ def _densify(problem: Problem, fast_res, orders: tuple[str, ...] = ("ratio",)
     keep &= ~is_grid                       # grid plans are in ParetoCurve.plans already
     rows = o[keep]                         # candidates' row numbers (all < n_cand)
     mk, e = mk[keep], e[keep]
-    choices = (np.concatenate(chs)[rows] if chs else np.zeros((0, ix.n), dtype=dtype))
+    most = max(int(max_cells) // max(ix.n, 1), 1)
+    if len(rows) > most:                   # too many cells to keep: thin evenly, in order
+        pick = np.unique(np.linspace(0, len(rows) - 1, most).round().astype(int))
+        rows, mk, e = rows[pick], mk[pick], e[pick]
+    choices = _rows_of(chs, rows, ix.n, dtype)
     bound = np.max(tangents[:, 1][None, :] + tangents[:, 2][None, :] * (mk[:, None] - tangents[:, 0][None, :]),
                    axis=1)
     for x, b in zip(e, bound):
@@ -202,10 +242,31 @@ def interpolate(p: Problem, fast: np.ndarray, slow: np.ndarray,
     starting from ``slow``, switch the tasks that differ to their ``fast`` option in order of
     Δcost/Δtime (``order="ratio"``) or of their start in ``slow``'s schedule (``"start"``);
     returns (choices [k × n], makespans, energies) of every prefix, evaluated in one batch."""
+    diff, mk, e = _prefixes(p, fast, slow, order)
+    return _prefix_rows(slow, fast, diff, np.arange(len(mk))), mk, e
+
+
+def _prefix_rows(slow: np.ndarray, fast: np.ndarray, diff: np.ndarray, rows: np.ndarray,
+                 dtype=None) -> np.ndarray:
+    """The choices of prefixes ``rows`` (row j: the first j tasks of ``diff`` switched from
+    ``slow`` to ``fast``), without building the others."""
+    rows = np.asarray(rows, dtype=int)
+    ch = np.tile(np.asarray(slow, dtype=dtype) if dtype is not None else slow, (len(rows), 1))
+    if diff.size:
+        later = rows[:, None] > np.arange(diff.size)[None, :]
+        ch[:, diff] = np.where(later, fast[diff], slow[diff])
+    return ch
+
+
+def _prefixes(p: Problem, fast: np.ndarray, slow: np.ndarray, order: str,
+              max_cells: int = 1 << 27) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the differing tasks in switch order, makespans, energies) of every prefix from
+    ``slow`` toward ``fast`` (see :func:`interpolate`), evaluated in blocks of at most about
+    ``max_cells`` (prefix × task) durations, so memory stays bounded on large problems."""
     ix = p.index
     diff = np.flatnonzero(fast != slow)
     if diff.size == 0:
-        return slow[None, :], np.array([ix.makespan(slow)]), np.array([ix.objective(slow)])
+        return diff, np.array([ix.makespan(slow)]), np.array([ix.objective(slow)])
     if order == "start":
         key = ix.schedule(slow)[0][diff]
     elif order == "ratio":
@@ -216,13 +277,17 @@ def interpolate(p: Problem, fast: np.ndarray, slow: np.ndarray,
         raise ValueError(f"unknown order {order!r}")
     diff = diff[np.argsort(key, kind="stable")]
     k = diff.size + 1
-    later = np.arange(k)[:, None] > np.arange(diff.size)[None, :]     # row j: first j switched
-    ch = np.tile(slow, (k, 1))
-    ch[:, diff] = np.where(later, fast[diff], slow[diff])
-    dur = np.tile(ix.durations(slow), (k, 1))
-    dur[:, diff] = np.where(later, [ix.time[v][fast[v]] for v in diff], [ix.time[v][slow[v]] for v in diff])
+    base = ix.durations(slow)
+    t_fast = np.array([ix.time[v][fast[v]] for v in diff])
+    t_slow = base[diff]
     c_slow = np.array([ix.cost[v][slow[v]] for v in range(ix.n)])
     step = np.array([ix.cost[v][fast[v]] for v in diff]) - c_slow[diff]
     cost = float(c_slow.sum()) + np.r_[0.0, np.cumsum(step)]
-    mk = ix.batch_makespan(dur)
-    return ch, mk, ix.p_total * mk + cost
+    block = max(1, int(max_cells) // max(ix.n, 1))
+    mk = np.empty(k)
+    for r0 in range(0, k, block):
+        r = np.arange(r0, min(k, r0 + block))
+        dur = np.tile(base, (len(r), 1))
+        dur[:, diff] = np.where(r[:, None] > np.arange(diff.size)[None, :], t_fast, t_slow)
+        mk[r] = ix.batch_makespan(dur)
+    return diff, mk, ix.p_total * mk + cost

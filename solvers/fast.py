@@ -11,8 +11,10 @@
 3. every candidate re-checked against the deadline; the cheapest that meets it wins.
 
 The search is budgeted in work units (:func:`polish_budget`), so the plan depends on the
-input and the options alone. ``time_limit_s`` is only the wall-clock safety net of the search
-and the bound's ascent (default :func:`safety_net_s`); when it fires, the result says so.
+input and the options alone. ``time_limit_s`` is only the wall-clock safety net of the whole
+call (default :func:`safety_net_s`): the hull LP (killed in its child process on large
+problems: :mod:`solvers.guarded`), the starts, the bound and the search; when it fires, the
+result says so (``time_capped``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from .feasibility import check_bound
 from .hold import wrap_polish
 from .hull_lp import HullLP
 from .lagrangian import device_viterbi, flow_from_duals
+from .limits import NetFired, cap_seconds, net_passed, wall_net
 from .model import Problem
 from .options import SearchSettings, SolveOptions
 from .portfolio import portfolio_members, run_portfolio, search_record
@@ -87,8 +90,10 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
     feasible starts that need no crash (:func:`solvers.rounding.switch_starts`) go through the
     search (:func:`solvers.search.run_member`): ``search_work`` units (default
     :func:`polish_budget`; 0 turns the search off), so the plan depends on the input alone.
-    ``time_limit_s`` is only the wall-clock safety net (default :func:`safety_net_s`); when it
-    fires, the result says so (``time_capped``). When searching and ``surrogate_bound``, the
+    ``time_limit_s`` is only the wall-clock safety net of the whole call (default
+    :func:`safety_net_s`); when it fires, the result says so (``time_capped``). When it fires
+    before the hull LP is solved, the plan is every task's fastest option with
+    :func:`trivial_bound` (:func:`net_fired_result`). When searching and ``surrogate_bound``, the
     bound is :func:`solvers.bound.switch_bound` (one more LP solve and the ascent, about 3.5 s
     on 16x64: curves skip it).
 
@@ -103,15 +108,51 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
     :class:`solvers.feasibility.CertificateError`."""
     options = options or SolveOptions()
     ix = p.index
-    lp = lp or HullLP(p)
-    res = lp.solve(deadline_s)
+    work, net = polish_budget(ix.n, time_limit_s, options)
+    if search_work is not None:
+        work = float(search_work)
+    own = lp is None
+    with wall_net(net):               # the whole call's net: LPs and backends included
+        lp = lp or HullLP(p, process_min_tasks=options.limits.lp_process_min_tasks)
+        try:
+            try:
+                res = lp.solve(deadline_s)
+            except NetFired:
+                return net_fired_result(p, deadline_s)
+            return _solve_fast(p, deadline_s, lp, res, work, net, surrogate_bound, portfolio,
+                               parallel, options)
+        finally:
+            if own:
+                lp.close()            # its child process, if it has one
+
+
+def net_fired_result(p: Problem, deadline_s: float) -> FastResult:
+    """What the fast method returns when the safety net fired before its hull LP was solved:
+    every task at its fastest option (meets any deadline :meth:`Problem.check_feasible`
+    accepts) and :func:`trivial_bound`, ``time_capped``."""
+    fc = p.fastest_plan_choice()
+    return FastResult(fc, float(p.index.objective(fc)), trivial_bound(p), time_capped=True)
+
+
+def trivial_bound(p: Problem) -> float:
+    """A lower bound on every plan, in O(options): each task's cheapest effective energy plus
+    the idle power over the critical path at the fastest options without switch latencies
+    (switches only add)."""
+    ix = p.index
+    fastest = np.array([float(t.min()) for t in ix.time])
+    _, end = ix.earliest(fastest)
+    return float(sum(float(c.min()) for c in ix.cost) + ix.p_total * float(np.max(end)))
+
+
+def _solve_fast(p: Problem, deadline_s: float, lp: HullLP, res, work: float, net: float,
+                surrogate_bound: bool, portfolio: bool, parallel: bool | None,
+                options: SolveOptions) -> FastResult:
+    """:func:`solve_fast` from the hull LP's solution ``res``, within the net."""
+    ix = p.index
     bound = res.bound_j
     fl = flow_from_duals(p, lp, res.duals, deadline_s)
     lag_val, _ = device_viterbi(p, fl.f, fl.mu_dev)
     bound = max(bound, fl.const_j + lag_val)
-    work, net = polish_budget(ix.n, time_limit_s, options)
-    if search_work is not None:
-        work = float(search_work)
     horizons = [res.makespan_s, deadline_s]
     if not ix.has_transitions:
         work = 0.0
@@ -133,11 +174,16 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
         def raise_bound() -> None:
             nonlocal bound, bound_capped
             if surrogate_bound:
-                sb, bound_capped = switch_bound_capped(p, lp, res, deadline_s, options.bound, seconds=net)
+                try:
+                    sb, bound_capped = switch_bound_capped(p, lp, res, deadline_s, options.bound,
+                                                           seconds=cap_seconds(net))
+                except NetFired:                # its LP ran into the net: keep the bound so far
+                    bound_capped = True
+                    return
                 bound = max(bound, sb)
 
-        runs, pending = run_portfolio(p, plans, deadline_s, work, net, members, parallel, options,
-                                      raise_bound)
+        runs, pending = run_portfolio(p, plans, deadline_s, work, cap_seconds(net), members, parallel,
+                                      options, raise_bound)
         plans = [r.choice for r in runs] + plans
     # every candidate is re-checked: the cheapest plan that meets the deadline is returned
     energies = [energy_if_meets(p, c, deadline_s) for c in plans]
@@ -151,6 +197,7 @@ def solve_fast(p: Problem, deadline_s: float, lp: HullLP | None = None,
     k = int(np.argmin(energies))
     best_ch, best_e = plans[k], energies[k]
     check_bound(bound, best_e, f"{p.name}: fast method")
-    capped = bound_capped or any(r.capped_by_time for r in runs)
+    # the net fired anywhere (also in steps outside the search's work, such as the starts)
+    capped = bound_capped or any(r.capped_by_time for r in runs) or net_passed()
     return FastResult(best_ch, float(best_e), float(bound), res.bound_j, res.slope_j_per_s,
                       search, capped)

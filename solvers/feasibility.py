@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import math
 
+from frontier.errors import InternalError
+
 #: A makespan meets deadline D when it is at most D·(1 + DEADLINE_REL_TOL).
 DEADLINE_REL_TOL = 1e-9
 #: A lower bound may exceed a feasible plan's energy E by at most BOUND_REL_TOL·max(|E|, 1 J).
@@ -29,7 +31,7 @@ BOUND_REL_TOL = 1e-6
 PROOF_REL_TOL = 1e-9
 
 
-class CertificateError(RuntimeError):
+class CertificateError(InternalError):
     """A solver's result contradicts its certificate: a plan late for its deadline, or a
     lower bound above a feasible plan's energy. Always an internal error (a bug), never bad
     input."""

@@ -10,13 +10,17 @@ LP once per problem and re-solves it for each deadline (warm, when ``highspy`` i
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 from scipy.optimize import linprog
-from scipy.sparse import coo_matrix
+from scipy.sparse import coo_matrix, csr_matrix
 
+from .guarded import ChildFailed, ChildServer
 from .model import Problem
+from .options import LimitOptions
 from .quiet import c_stdout_quiet
 
 
@@ -62,9 +66,13 @@ class HullLP:
     successors. Same optimum as the convex-combination form (a λ per hull vertex and one
     equality row per task), in fewer rows: measured 2.4× faster per solve on 8x32 1F1B."""
 
-    def __init__(self, p: Problem, warm: bool = True):
+    def __init__(self, p: Problem, warm: bool = True, *, process_min_tasks: int | None = None):
         """The LP of ``p``; ``warm``: re-solve a warm HiGHS model when ``highspy`` is
-        installed (False: a cold ``scipy.optimize.linprog`` solve every time)."""
+        installed (False: a cold ``scipy.optimize.linprog`` solve every time).
+        ``process_min_tasks`` (default :attr:`solvers.options.LimitOptions.lp_process_min_tasks`):
+        from this many tasks on, the LP is solved in a child process (:mod:`solvers.guarded`)
+        that a signal or the safety net (:func:`solvers.limits.wall_net`) stops at once; the
+        same code solves it there, so the results are the same."""
         ix = p.index
         self.p = p
         n = ix.n
@@ -98,8 +106,16 @@ class HullLP:
         self.A_ub = coo_matrix((val, (r, cidx)), shape=(len(self.rows), self.ncol)).tocsr()
         self.row_owner = np.array([u for u, _ in self.rows], dtype=int)
         self.c = np.concatenate([np.zeros(n), [ix.p_total], self.seg_slope_j_per_s])
-        if not warm:
-            self._h = None                  # :meth:`_highs` then builds no model
+        if process_min_tasks is None:
+            process_min_tasks = LimitOptions().lp_process_min_tasks
+        args = (self.c, self.A_ub, self._rhs(), self._upper(0.0), n, bool(warm))
+        self._engine: _LPEngine | None = None
+        self._child: ChildServer | None = None
+        if n >= process_min_tasks:
+            self._child = ChildServer(_LPEngine, args, replay=("set_rows",))
+        else:
+            self._engine = _LPEngine(*args)
+        self._args = args
 
     def _rhs(self, row_latency_s: np.ndarray | None = None) -> np.ndarray:
         b = -self.t_slow[self.row_owner] if len(self.rows) else np.zeros(0)
@@ -114,29 +130,104 @@ class HullLP:
         bought = np.bincount(self.seg_owner, weights=x[n + 1:], minlength=n) if n else np.zeros(0)
         return self.t_slow - bought
 
+    @property
+    def in_child(self) -> bool:
+        """Whether this LP is solved in a child process (:mod:`solvers.guarded`)."""
+        return self._child is not None
+
+    def _call(self, name: str, *args):
+        """``_LPEngine.name(*args)`` where the LP lives: in the child process, or here (also
+        when the child could not run: the same code, the calls that changed it replayed)."""
+        if self._child is not None:
+            try:
+                return self._child.call(name, *args)
+            except ChildFailed:
+                history = self._child.history
+                self._child.close()
+                self._child = None
+                self._engine = _LPEngine(*self._args)
+                for nm, a in history:
+                    getattr(self._engine, nm)(*a)
+        return getattr(self._engine, name)(*args)
+
+    def close(self) -> None:
+        """Stop the LP's child process, if it has one (it also ends with this object)."""
+        if self._child is not None:
+            self._child.close()
+
+    def set_single_options(self, values: dict[int, tuple[float, float]]) -> None:
+        """Give tasks that have a single option a new (time s, effective energy J), in place and
+        in the warm HiGHS model, so that the next :meth:`solve` starts from the last basis.
+        Used to screen held levels (:func:`solvers.search.replan_hold`): the held problems of different
+        levels differ only there. The LP then describes the problem with those options."""
+        rows, vals = [], []
+        for v, (t, c) in values.items():
+            if self.off[v + 1] != self.off[v]:
+                raise ValueError(f"task {v} has more than one hull vertex")
+            self.t_slow[v] = t
+            self.c_slow[v] = c
+            for k in np.flatnonzero(self.row_owner == v):
+                rows.append(int(k))
+                vals.append(float(-t))
+        if rows:
+            self._call("set_rows", np.array(rows, dtype=int), np.array(vals))
+
+    def linprog(self, deadline_s: float, row_latency_s: np.ndarray | None = None):
+        """A cold ``scipy.optimize.linprog`` solve at ``deadline_s`` (M ≤ D), every precedence
+        row optionally tightened by ``row_latency_s`` (S_u + T_u + latency ≤ S_w). Returns
+        linprog's ``status``, ``message``, ``fun``, ``x``, ``ineqlin.marginals`` and
+        ``upper.marginals``; its ``fun`` leaves out the constant Σ (slowest vertex's cost)
+        (:meth:`solve` adds it)."""
+        lat = None if row_latency_s is None else np.asarray(row_latency_s, dtype=float)
+        return self._call("linprog", float(deadline_s), lat)
+
+    def solve(self, deadline_s: float) -> LPResult:
+        """Solve at ``deadline_s`` (M ≤ D). In a child process (large LPs) a signal or the
+        safety net stops it at once (:class:`solvers.limits.NetFired` for the net)."""
+        n = self.p.index.n
+        const = float(self.c_slow.sum())
+        fun, x, duals, slope = self._call("solve", float(deadline_s))
+        return LPResult(fun + const, self._times(x), float(x[n]), np.maximum(duals, 0.0), min(slope, 0.0))
+
+
+class _LPEngine:
+    """The hull LP's numbers (min c·x, A x ≤ b, 0 ≤ x ≤ u with u[n] = the deadline) and how
+    they are solved: a warm HiGHS model when ``warm`` and ``highspy`` is installed, else a cold
+    ``scipy.optimize.linprog`` each time. It runs in this process or, for large LPs, in a
+    child process (:class:`solvers.guarded.ChildServer`): the same calls in the same order
+    give the same answers in both."""
+
+    def __init__(self, c: np.ndarray, A: csr_matrix, rhs: np.ndarray, upper: np.ndarray, n: int,
+                 warm: bool):
+        self.c, self.A, self.rhs, self.upper, self.n = c, A, np.array(rhs, dtype=float), upper, n
+        self.warm = warm
+        self._h = None if warm else False       # None: not built yet; False: cold solves only
+
     def _highs(self):
         """A warm HiGHS model (``highspy``, the optional ``highs`` extra) or None: re-solving
         after changing only M's upper bound starts from the previous basis (dual simplex),
         several times faster than a cold ``linprog`` per deadline on 1F1B curves."""
-        if "_h" in self.__dict__:
-            return self._h
-        self._h = None
+        if self._h is not None:
+            return self._h or None
+        self._h = False
         try:
             import highspy
         except ImportError:
             return None
-        n = self.p.index.n
-        A = self.A_ub.tocsc()
+        n = self.n
+        A = self.A.tocsc()
+        ncol = len(self.c)
         lp = highspy.HighsLp()
-        lp.num_col_ = self.ncol
+        lp.num_col_ = ncol
         lp.num_row_ = A.shape[0]
         lp.col_cost_ = self.c
-        lp.col_lower_ = np.zeros(self.ncol)
-        up = self._upper(0.0)
+        lp.col_lower_ = np.zeros(ncol)
+        up = np.array(self.upper, dtype=float)
         up[:n] = highspy.kHighsInf
+        up[n] = 0.0
         lp.col_upper_ = up
         lp.row_lower_ = np.full(A.shape[0], -highspy.kHighsInf)
-        lp.row_upper_ = self._rhs()
+        lp.row_upper_ = self.rhs
         lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
         lp.a_matrix_.start_ = A.indptr
         lp.a_matrix_.index_ = A.indices
@@ -144,37 +235,38 @@ class HullLP:
         with c_stdout_quiet():      # its constructor prints a banner on the C-level stdout
             h = highspy.Highs()
         h.setOptionValue("output_flag", False)
+        # One thread, as the MILP asks for: HiGHS keeps one thread scheduler per process, and
+        # a later solve asking for another count than the first one's fails (issue 32).
+        h.setOptionValue("threads", 1)
         h.passModel(lp)
         self._h = (h, highspy)
         return self._h
 
-    def set_single_options(self, values: dict[int, tuple[float, float]]) -> None:
-        """Give tasks that have a single option a new (time s, effective energy J), in place and
-        in the warm HiGHS model, so that the next :meth:`solve` starts from the last basis.
-        Used to screen held levels (:func:`solvers.search.replan_hold`): the held problems of different
-        levels differ only there. The LP then describes the problem with those options."""
-        h = self.__dict__.get("_h")
-        for v, (t, c) in values.items():
-            if self.off[v + 1] != self.off[v]:
-                raise ValueError(f"task {v} has more than one hull vertex")
-            self.t_slow[v] = t
-            self.c_slow[v] = c
-            if h is not None:
-                for k in np.flatnonzero(self.row_owner == v):
-                    h[0].changeRowBounds(int(k), -h[1].kHighsInf, float(-t))
+    def set_rows(self, rows: np.ndarray, values: np.ndarray) -> None:
+        """Set the right-hand sides of ``rows`` (also in the warm model)."""
+        self.rhs[rows] = values
+        if self._h:
+            h, highspy = self._h
+            for k, b in zip(rows.tolist(), values.tolist()):
+                h.changeRowBounds(int(k), -highspy.kHighsInf, float(b))
 
-    def linprog(self, deadline_s: float, row_latency_s: np.ndarray | None = None):
-        """A cold ``scipy.optimize.linprog`` solve at ``deadline_s`` (M ≤ D), every precedence
-        row optionally tightened by ``row_latency_s`` (S_u + T_u + latency ≤ S_w). Its ``fun``
-        leaves out the constant Σ (slowest vertex's cost) (:meth:`solve` adds it)."""
-        bounds = np.c_[np.zeros(self.ncol), self._upper(deadline_s)]
-        return linprog(self.c, A_ub=self.A_ub, b_ub=self._rhs(row_latency_s), bounds=bounds,
-                       method="highs")
+    def linprog(self, deadline_s: float, row_latency_s: np.ndarray | None = None) -> SimpleNamespace:
+        """A cold linprog solve (see :meth:`HullLP.linprog`)."""
+        up = np.array(self.upper, dtype=float)
+        up[self.n] = float(deadline_s)
+        b = self.rhs if row_latency_s is None else self.rhs - row_latency_s
+        res = linprog(self.c, A_ub=self.A, b_ub=b, bounds=np.c_[np.zeros(len(self.c)), up],
+                      method="highs")
+        ok = res.status == 0
+        return SimpleNamespace(status=int(res.status), message=str(res.message),
+                               fun=float(res.fun) if ok else math.nan, x=res.x if ok else None,
+                               ineqlin=SimpleNamespace(marginals=np.asarray(res.ineqlin.marginals) if ok else None),
+                               upper=SimpleNamespace(marginals=np.asarray(res.upper.marginals) if ok else None))
 
-    def solve(self, deadline_s: float) -> LPResult:
-        """Solve at ``deadline_s`` (M ≤ D)."""
-        n = self.p.index.n
-        const = float(self.c_slow.sum())
+    def solve(self, deadline_s: float) -> tuple[float, np.ndarray, np.ndarray, float]:
+        """(objective without the constant, x, edge duals μ (not yet clipped at 0), slope
+        d value / d deadline) at ``deadline_s``; RuntimeError when it has no optimum."""
+        n = self.n
         hs = self._highs()
         if hs is not None:
             h, highspy = hs
@@ -182,17 +274,10 @@ class HullLP:
             h.run()
             if h.getModelStatus() == highspy.HighsModelStatus.kOptimal:
                 sol = h.getSolution()
-                x = np.asarray(sol.col_value)
-                duals = -np.asarray(sol.row_dual)
-                slope = float(np.asarray(sol.col_dual)[n])
-                return LPResult(float(h.getInfo().objective_function_value) + const, self._times(x),
-                                float(x[n]), np.maximum(duals, 0.0), min(slope, 0.0))
-            self._h = None                      # fall back to a cold linprog solve
+                return (float(h.getInfo().objective_function_value), np.asarray(sol.col_value),
+                        -np.asarray(sol.row_dual), float(np.asarray(sol.col_dual)[n]))
+            self._h = False                     # fall back to cold linprog solves
         res = self.linprog(deadline_s)
         if res.status != 0:
             raise RuntimeError(f"hull LP at D={deadline_s}: {res.message}")
-        x = res.x
-        duals = -np.asarray(res.ineqlin.marginals)
-        slope = float(np.asarray(res.upper.marginals)[n])
-        return LPResult(float(res.fun) + const, self._times(x), float(x[n]), np.maximum(duals, 0.0),
-                        min(slope, 0.0))
+        return res.fun, res.x, -res.ineqlin.marginals, float(res.upper.marginals[n])

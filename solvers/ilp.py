@@ -18,7 +18,7 @@ Solvers: HiGHS (``highspy``) wherever it is importable, CBC (bundled with PuLP 3
 when HiGHS answers without a solution (neither one nor a proof of infeasibility), the same
 model is solved by CBC. HiGHS runs with ``mip_rel_gap`` 0 and ``mip_abs_gap`` 1e-9 J (its
 defaults, 1e-4 and 1e-6 J, would call a 0.01 % gap "optimal"). A solve is budgeted by
-branch-and-bound nodes (:attr:`solvers.options.IlpOptions.max_nodes`, work: the same on any
+branch-and-bound nodes (:meth:`solvers.options.IlpOptions.nodes`, work: the same on any
 machine); the backend's own time limit (``backend_time_limit_s``, which :func:`solvers.solve`
 derives from the caller's wall-clock safety net) only stops a runaway solve, and
 ``ILPResult.time_capped`` says when it fired. The status is read from ``sol_status``: a time limit with an incumbent is
@@ -28,7 +28,13 @@ clamped to the plan's energy.
 A command-line solver (CBC) runs as a child process on files PuLP writes (``*-pulp.mps``,
 ``.sol``, ...). :func:`solver_sandbox` gives each solve a private temp folder, removed
 afterwards whatever happens, and on an interrupt or error kills the solver process still
-working in it (found through ``/proc`` on Linux; elsewhere only the folder is removed).
+working in it (found through ``/proc`` on Linux; elsewhere only the folder is removed). CBC
+counts its ``-sec`` in elapsed time (``timeMode elapsed``: in CPU time it overran by minutes
+on a loaded machine) and is killed :data:`HARD_KILL_GRACE_S` after the net's end if it is
+still running. HiGHS runs in this process (:func:`guarded_highs_class`): in a thread with its
+MIP interrupt callback on, so that a signal or the net stops it, after resetting HiGHS'
+process-wide thread scheduler (an earlier HiGHS solve with another thread count, such as the
+hull LP's, made every later one answer "not solved", issue 32).
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
+import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -45,6 +53,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .guarded import run_cancellable
+from .limits import NetFired, cap_seconds
 from .model import Problem, SolverUnavailableError, constant_switch
 from .options import IlpOptions
 from .quiet import c_stdout_quiet
@@ -65,8 +75,10 @@ def available_solvers() -> list[str]:
 def make_solver(name: str | None = None, backend_time_limit_s: float | None = None, gap_rel: float = 0.0,
                 threads: int = 1, warm_start: bool = False, max_nodes: int | None = None):
     """A PuLP solver object: ``name`` or the first available (HiGHS, then CBC), with the
-    backend's own time limit (a safety net, s), a relative gap (0: solve to optimality) and a
-    node budget."""
+    backend's own time limit (a safety net, s; CBC counts it in elapsed time, not CPU time), a
+    relative gap (0: solve to optimality) and a node budget. HiGHS comes as
+    :func:`guarded_highs_class`: it runs where a signal or the net can stop it, in one
+    thread, whatever thread scheduler an earlier HiGHS solve in this process left."""
     import pulp
 
     avail = available_solvers()
@@ -86,6 +98,9 @@ def make_solver(name: str | None = None, backend_time_limit_s: float | None = No
     if name in ("PULP_CBC_CMD", "COIN_CMD"):
         kw["threads"] = threads
         kw["warmStart"] = warm_start
+        # CBC's -sec counts CPU seconds by default: on a loaded machine it ran minutes past
+        # its limit (issue 32). Elapsed time is what a safety net means.
+        kw["timeMode"] = "elapsed"
         if max_nodes is not None:
             kw["maxNodes"] = int(max_nodes)
     elif name == "HiGHS":
@@ -98,10 +113,134 @@ def make_solver(name: str | None = None, backend_time_limit_s: float | None = No
         # (seen here); msg=True with HiGHS' own console log off solves them and stays quiet.
         kw["msg"] = True
         kw["log_to_console"] = False
+    if name == "HiGHS":
+        return guarded_highs_class()(**kw)
     with warnings.catch_warnings():
         # PuLP 3.3 warns that PULP_CBC_CMD goes away in PuLP 4; we already detect what exists.
         warnings.simplefilter("ignore", DeprecationWarning)
         return pulp.getSolver(name, **kw)
+
+
+_GUARDED_HIGHS = None
+
+
+def guarded_highs_class():
+    """PuLP's in-process ``HiGHS`` solver, run so that it can be stopped and is not spoilt by
+    an earlier HiGHS solve in this process.
+
+    * HiGHS keeps one thread scheduler per process, sized by the first solve's ``threads``;
+      a later solve asking for another count failed at once with "not solved" (issue 32:
+      after the hull LP's warm model, every MILP fell back to CBC). Before each run the
+      scheduler is reset (``Highs.resetGlobalScheduler``), so the ``threads`` asked for hold.
+    * The run happens in a thread (:func:`solvers.guarded.run_cancellable`) with HiGHS'
+      interrupt callback on: a signal, or the safety net passing its end by
+      :data:`HARD_KILL_GRACE_S`, stops it (``highspy``'s own ``time_limit`` normally ends it
+      first). ``self.stopped`` then says so."""
+    global _GUARDED_HIGHS
+    if _GUARDED_HIGHS is None:
+        import pulp
+
+        base = pulp.HiGHS
+        if not all(hasattr(base, m) for m in ("callSolver", "findSolutionValues", "actualSolve")):
+            return lambda **kw: pulp.getSolver("HiGHS", **kw)     # another PuLP: as it comes
+
+        class GuardedHiGHS(base):
+            name = "HiGHS"
+            hard_end: float | None = None
+            stopped = False
+
+            def callSolver(self, lp):
+                h = lp.solverModel
+                _reset_highs_scheduler()
+                cancel = _highs_canceller(h)
+                _, self.stopped = run_cancellable(h.run, cancel, end=self.hard_end)
+
+            def findSolutionValues(self, lp):
+                return _highs_solution(lp)
+
+        _GUARDED_HIGHS = GuardedHiGHS
+    return _GUARDED_HIGHS
+
+
+def _highs_solution(lp) -> tuple[int, int]:
+    """PuLP 3's reading of an in-process HiGHS solve, for every model status: PuLP 3.3.2 has
+    no entry for ``kSolutionLimit`` (what HiGHS answers when ``mip_max_nodes`` ends the
+    search: a KeyError there) and takes ``kInterrupt`` without an incumbent for a solution.
+    A limit (nodes, time, interrupt) with a feasible incumbent reads "optimal" with solution
+    status "integer feasible", as a time limit does in PuLP; without one, "not solved"."""
+    import highspy
+    from pulp import constants as C
+
+    h = lp.solverModel
+    status = h.getModelStatus()
+    MS = highspy.HighsModelStatus
+    solution = h.getSolution()
+    for var in lp.variables():
+        var.varValue = solution.col_value[var.index]
+        var.dj = solution.col_dual[var.index]
+    for con in lp._constraints.values():
+        con.slack = -(con.constant + solution.row_value[con.index])
+        if con.sense != C.LpConstraintLE:
+            con.slack = -con.slack
+        con.pi = solution.row_dual[con.index]
+    if status == MS.kOptimal:
+        return C.LpStatusOptimal, C.LpSolutionOptimal
+    if status in (MS.kInfeasible, MS.kUnboundedOrInfeasible):
+        return C.LpStatusInfeasible, C.LpSolutionInfeasible
+    if status == MS.kUnbounded:
+        return C.LpStatusUnbounded, C.LpSolutionUnbounded
+    try:
+        feasible = int(h.getInfo().primal_solution_status) == 2     # kSolutionStatusFeasible
+    except (AttributeError, TypeError, ValueError):
+        feasible = False
+    if feasible and math.isfinite(h.getObjectiveValue()):
+        return C.LpStatusOptimal, C.LpSolutionIntegerFeasible
+    return C.LpStatusNotSolved, C.LpSolutionNoSolutionFound
+
+
+def _reset_highs_scheduler() -> None:
+    """Drop HiGHS' process-wide thread scheduler (the next run builds one with its own
+    ``threads``); nothing on a ``highspy`` without that call."""
+    try:
+        import highspy
+
+        reset = getattr(highspy.Highs, "resetGlobalScheduler", None)
+        if reset is not None:
+            reset(True)
+    except Exception:            # an old or odd highspy: the solve may still work
+        pass
+
+
+def _highs_canceller(h):
+    """A function that asks the running HiGHS model ``h`` to stop, through its MIP interrupt
+    callback (checked at every branch-and-bound node; the simplex one, checked at every
+    iteration, cost 10 % of a 40-task MILP's time and is not needed at these sizes)."""
+    flag = threading.Event()
+    if hasattr(type(h), "cbMipInterrupt"):       # highspy 1.8 on: checked at every node
+        def on_mip(event) -> None:
+            if flag.is_set():
+                event.interrupt()
+
+        try:
+            h.cbMipInterrupt += on_mip
+            return flag.set
+        except Exception:
+            pass
+    try:
+        import highspy
+
+        kinds = highspy.cb.HighsCallbackType
+
+        def callback(kind, message, data_out, data_in, user_data):
+            if flag.is_set():
+                data_in.user_interrupt = True
+
+        h.setCallback(callback, None)
+        for k in ("kCallbackSimplexInterrupt", "kCallbackIpmInterrupt", "kCallbackMipInterrupt"):
+            h.startCallback(getattr(kinds, k))
+    except Exception:            # no callbacks: a signal then waits for HiGHS' own limits
+        pass
+    return flag.set
 
 
 def _children_using(folder: str) -> list[int]:
@@ -137,22 +276,55 @@ def _kill_children_using(folder: str) -> None:
             pass
 
 
+#: Seconds past its end that the safety net gives a backend before it is killed (CBC) or
+#: interrupted (HiGHS): their own time limits normally end them first.
+HARD_KILL_GRACE_S = 1.0
+
+
+@dataclass
+class Sandbox:
+    """What :func:`solver_sandbox` saw: whether it had to kill the solver at ``kill_at``."""
+
+    killed: bool = False
+
+
 @contextmanager
-def solver_sandbox(slv) -> Iterator[None]:
+def solver_sandbox(slv, kill_at: float | None = None) -> Iterator[Sandbox]:
     """Run a PuLP command-line solver in a private temp folder: on any exception (Ctrl-C and
-    SIGTERM included) kill its child process, and always remove the folder and its files."""
+    SIGTERM included) kill its child process, and always remove the folder and its files.
+    ``kill_at`` (a ``time.perf_counter()`` instant): kill the solver process then if it is
+    still running (CBC's own ``-sec`` was seen to overrun by minutes); ``.killed`` says it
+    was. An in-process HiGHS gets ``kill_at`` as the moment to interrupt it."""
+    box = Sandbox()
     if not hasattr(slv, "tmpDir"):      # in-process solvers (highspy) write no files
-        yield
+        if hasattr(slv, "hard_end"):
+            slv.hard_end = kill_at
+        yield box
+        if getattr(slv, "stopped", False):
+            box.killed = True
         return
     folder = tempfile.mkdtemp(prefix="ecal-solver-")
     old_dir, old_keep = slv.tmpDir, getattr(slv, "keepFiles", False)
     slv.tmpDir, slv.keepFiles = folder, False
+    timer = None
+    if kill_at is not None:
+
+        def kill() -> None:
+            box.killed = True
+            _kill_children_using(folder)
+
+        timer = threading.Timer(max(kill_at - time.perf_counter(), 0.0), kill)
+        timer.daemon = True
+        timer.start()
     try:
-        yield
+        yield box
     except BaseException:
         _kill_children_using(folder)
         raise
     finally:
+        if timer is not None:
+            timer.cancel()
+            timer.join()
         slv.tmpDir, slv.keepFiles = old_dir, old_keep
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -330,13 +502,22 @@ def solve_ilp(p: Problem, deadline_s: float, backend_time_limit_s: float | None 
               fallback_bound_j: float = -math.inf, opts: IlpOptions = IlpOptions()) -> ILPResult:
     """Solve the compact MILP (:func:`build_model`) at ``deadline_s`` with ``solver`` or, by
     default, HiGHS and then (when HiGHS gives no answer) CBC; ``warm_start`` is an incumbent
-    choice (handed to the backend only with ``opts.mip_starts``); ``opts.max_nodes`` the node
-    budget (its work); ``backend_time_limit_s`` the backend's own time limit, a safety net."""
+    choice (handed to the backend only with ``opts.mip_starts``); ``opts.nodes(...)`` the node
+    budget (its work, by the model's size); ``backend_time_limit_s`` the backend's own time limit, a safety net
+    for the whole call (HiGHS and then CBC share it), never past the end of an enclosing
+    :func:`solvers.limits.wall_net`. A backend still running :data:`HARD_KILL_GRACE_S` after
+    it is killed (CBC) or interrupted (HiGHS): the result then has no plan and says
+    ``time_capped``; no solver process or temp file is left behind."""
+    limit = cap_seconds(backend_time_limit_s)
+    end = None if limit is None else time.perf_counter() + limit
     names = [solver] if solver else (available_solvers() or [None])
     r = None
     for name in names:
-        r = _solve_ilp_with(p, deadline_s, backend_time_limit_s, gap_rel, warm_start, name,
-                            fallback_bound_j, opts)
+        left = None if end is None else end - time.perf_counter()
+        if left is not None and left <= 0:
+            return r or ILPResult(None, math.inf, fallback_bound_j, "time_limit", False,
+                                  name or "none", True)
+        r = _solve_ilp_with(p, deadline_s, left, gap_rel, warm_start, name, fallback_bound_j, opts)
         if r.choice is not None or r.status == "infeasible":
             return r
     return r
@@ -346,7 +527,7 @@ def _solve_ilp_with(p: Problem, deadline_s: float, backend_time_limit_s: float |
                     warm_start, solver: str | None, fallback_bound_j: float,
                     opts: IlpOptions) -> ILPResult:
     """:func:`solve_ilp` with one solver."""
-    import time
+    import pulp
 
     from .feasibility import meets_deadline
 
@@ -368,13 +549,25 @@ def _solve_ilp_with(p: Problem, deadline_s: float, backend_time_limit_s: float |
                 S[v].setInitialValue(float(st[v]))
             M.setInitialValue(float(mk))
             use_warm = True
-    slv = make_solver(solver, backend_time_limit_s, gap_rel, warm_start=use_warm, max_nodes=opts.max_nodes)
+    # CBC and HiGHS are told 1 s less than the net, so that their own limit ends them
+    # (with an incumbent) before the net's kill at its end plus HARD_KILL_GRACE_S
+    limit = None if backend_time_limit_s is None else max(float(backend_time_limit_s), 0.0)
+    own = None if limit is None else max(limit - 1.0, min(limit, 0.5))
+    nodes = opts.nodes(sum(len(xv) for xv in x))
+    slv = make_solver(solver, own, gap_rel, warm_start=use_warm, max_nodes=nodes)
     t0 = time.perf_counter()
-    with warnings.catch_warnings(), solver_sandbox(slv), c_stdout_quiet(slv.name == "HiGHS"):
-        warnings.simplefilter("ignore", DeprecationWarning)
-        ret = prob.solve(slv)
+    kill_at = None if limit is None else t0 + limit + HARD_KILL_GRACE_S
+    try:
+        with warnings.catch_warnings(), solver_sandbox(slv, kill_at) as box, \
+                c_stdout_quiet(slv.name == "HiGHS"):
+            warnings.simplefilter("ignore", DeprecationWarning)
+            ret = prob.solve(slv)
+    except (pulp.PulpSolverError, NetFired) as exc:
+        if isinstance(exc, NetFired) or box.killed:     # the net killed it: no answer to read
+            return ILPResult(None, math.inf, fallback_bound_j, "time_limit", False, slv.name, True)
+        raise
     # Not optimal once the time limit has passed: the safety net (not the node budget) ended it.
-    ran_out = backend_time_limit_s is not None and time.perf_counter() - t0 >= 0.95 * float(backend_time_limit_s)
+    ran_out = box.killed or (limit is not None and time.perf_counter() - t0 >= 0.95 * own)
     st = read_status(prob, ret)
     if st.infeasible:
         return ILPResult(None, math.inf, math.inf, "infeasible", False, slv.name)

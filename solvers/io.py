@@ -62,8 +62,10 @@ from frontier.io import (
 from frontier.operating_point import OperatingPoint
 from frontier.transition import TransitionTable
 
+from .limits import check_tasks
 from .model import ConstantTransition, Option, Problem
-from .pipeline import INSTRUCTIONS, one_f_one_b
+from .options import DEFAULT_MAX_TASKS
+from .pipeline import INSTRUCTIONS, one_f_one_b, pipeline_task_count
 
 PROBLEM_SCHEMA = "ecal.problem/1"
 PERSEUS_COLUMNS = ("stage", "instruction", "frequency", "time", "energy")
@@ -95,8 +97,11 @@ def _rule(d: Any, file: str, path: str) -> Any:
     return TransitionTable.from_dict(d, file)
 
 
-def problem_from_dict(d: Any, file: str = "<dict>") -> Problem:
-    """Build a Problem from the JSON problem format; errors name the file and the field."""
+def problem_from_dict(d: Any, file: str = "<dict>", *,
+                      max_tasks: int | None = DEFAULT_MAX_TASKS) -> Problem:
+    """Build a Problem from the JSON problem format; errors name the file and the field. More
+    than ``max_tasks`` tasks (None: no limit) raise
+    :class:`~solvers.model.ProblemTooLargeError` before any task is built."""
     if not isinstance(d, Mapping):
         raise FormatError(file, "$", "a problem must be a JSON object")
     if d.get("schema_version") != PROBLEM_SCHEMA:
@@ -115,6 +120,7 @@ def problem_from_dict(d: Any, file: str = "<dict>") -> Problem:
     tasks_in = d.get("tasks")
     if not isinstance(tasks_in, list) or not tasks_in:
         raise FormatError(file, "tasks", "must be a non-empty list")
+    check_tasks(len(tasks_in), max_tasks, file)
     tasks = []
     for i, t in enumerate(tasks_in):
         if not isinstance(t, Mapping):
@@ -234,9 +240,12 @@ def _option_value(file: str, what: str, v: Any) -> float:
 
 
 def load_perseus_csv(path: str | os.PathLike, p2p_power_w: float = 75.0,
-                     n_microbatches: int | None = None, transitions: Any = None) -> Problem:
+                     n_microbatches: int | None = None, transitions: Any = None,
+                     max_tasks: int | None = DEFAULT_MAX_TASKS) -> Problem:
     """A 1F1B Problem from a Perseus profile CSV read by :func:`read_perseus_profile`; the
-    same problem :func:`solvers.pipeline.load_perseus_profile` builds from a clean file."""
+    same problem :func:`solvers.pipeline.load_perseus_profile` builds from a clean file.
+    More than ``max_tasks`` tasks (stages × 2 × microbatches; None: no limit) raise
+    :class:`~solvers.model.ProblemTooLargeError` before any task is built."""
     prof = read_perseus_profile(path, p2p_power_w)
     n_stages = 1 + max(s for s, _ in prof)
     if n_microbatches is not None and (isinstance(n_microbatches, bool) or not isinstance(n_microbatches, int)
@@ -244,7 +253,8 @@ def load_perseus_csv(path: str | os.PathLike, p2p_power_w: float = 75.0,
         raise FormatError(str(path), "option n_microbatches", f"must be an integer >= 1, got {n_microbatches!r}")
     n_mb = n_microbatches or 2 * n_stages
     name = f"{os.path.basename(str(path))}:1f1b-{n_stages}x{n_mb}"
-    return one_f_one_b(n_stages, n_mb, prof, float(p2p_power_w), transitions, name)
+    check_tasks(pipeline_task_count(n_stages, n_mb), max_tasks, f"{path}: 1f1b {n_stages}x{n_mb}")
+    return one_f_one_b(n_stages, n_mb, prof, float(p2p_power_w), transitions, name, max_tasks=max_tasks)
 
 
 def problem_to_dict(p: Problem) -> dict[str, Any]:
@@ -278,11 +288,14 @@ def save_problem(p: Problem, path: str | os.PathLike) -> None:
     write_json_atomic(path, problem_to_dict(p))
 
 
-def load_problem(path: str | os.PathLike, **opts: Any) -> Problem:
-    """Load a Perseus profile CSV (``**opts`` go to :func:`load_perseus_csv`) or a JSON problem."""
+def load_problem(path: str | os.PathLike, *, max_tasks: int | None = DEFAULT_MAX_TASKS,
+                 **opts: Any) -> Problem:
+    """Load a Perseus profile CSV (``**opts`` go to :func:`load_perseus_csv`) or a JSON problem;
+    more than ``max_tasks`` tasks (None: no limit) raise
+    :class:`~solvers.model.ProblemTooLargeError` before any task is built."""
     file = str(path)
     if file.lower().endswith(".csv"):
-        return load_perseus_csv(file, **opts)
+        return load_perseus_csv(file, max_tasks=max_tasks, **opts)
     if opts:
         raise FormatError(file, "$", f"options {sorted(opts)} apply to Perseus CSV profiles only")
-    return problem_from_dict(read_json(file), file)
+    return problem_from_dict(read_json(file), file, max_tasks=max_tasks)

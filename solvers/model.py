@@ -32,20 +32,31 @@ from typing import Any
 import numpy as np
 
 from frontier.dag import find_cycle
-from frontier.errors import EnergyCalculusError
+from frontier.errors import EnergyCalculusError, InputError
 from frontier.operating_point import OperatingPoint
 from frontier.signature import Signature, Term
 
 
-class ProblemError(EnergyCalculusError):
+class ProblemError(InputError):
     """The problem is malformed (cycle, unknown task or device, empty options, NaN, ...)."""
 
 
-class InfeasibleError(EnergyCalculusError):
+class InfeasibleError(InputError):
     """No assignment meets the deadline. ``fastest_makespan_s`` says what is achievable."""
 
     def __init__(self, message: str, fastest_makespan_s: float):
         self.fastest_makespan_s = fastest_makespan_s
+        super().__init__(message)
+
+
+class ProblemTooLargeError(InputError):
+    """A problem (or a curve) is over a size limit (:class:`solvers.options.LimitOptions`),
+    found before anything is allocated for it. ``size`` and ``limit`` say by how much; the
+    message names ``--max-tasks`` (the command line) and ``max_tasks=`` (Python), which raise
+    the limit."""
+
+    def __init__(self, message: str, size: int = 0, limit: int = 0):
+        self.size, self.limit = size, limit
         super().__init__(message)
 
 
@@ -374,18 +385,28 @@ class Problem:
     def build(cls, tasks: Mapping[str, tuple[str, Sequence[Any]]] | Iterable[tuple[str, str, Sequence[Any]]],
               edges: Iterable[tuple[str, str]] = (), idle_power_w: Mapping[str, float] | None = None,
               transitions: Any = None, name: str = "problem",
-              steady_state: bool = False) -> Problem:
+              steady_state: bool = False, *, max_tasks: int | None = None) -> Problem:
         """From plain data: ``tasks`` maps name → (device, options) or is a sequence of
         (name, device, options); options are ``Signature``s, ``Option``s, (time_s, energy_j)
         pairs or mappings (``time_s``, ``energy_j`` or ``d_j``, ``s_w``, ``sd_*``, ``omega``).
         ``steady_state``: charge each device's wrap switch (last task → first task of the next
-        iteration; see the class docstring).
+        iteration; see the class docstring). ``max_tasks``: raise
+        :class:`ProblemTooLargeError` for more tasks than that, before any is validated or
+        indexed (None: no limit here; :func:`solvers.solve` checks its ``options.limits``).
 
         >>> p = Problem.build({"a": ("gpu0", [(1.0, 10.0), (2.0, 6.0)])}, idle_power_w={"gpu0": 1})
         >>> p.fastest_makespan_s()
         1.0
         """
+        if max_tasks is not None and hasattr(tasks, "__len__"):   # before a copy is made
+            from .limits import check_tasks  # (it imports this module)
+
+            check_tasks(len(tasks), max_tasks, name)
         items = [(k, *v) for k, v in tasks.items()] if isinstance(tasks, Mapping) else list(tasks)
+        if max_tasks is not None:
+            from .limits import check_tasks
+
+            check_tasks(len(items), max_tasks, name)
         ts = []
         for it in items:
             try:

@@ -182,22 +182,38 @@ class CurveOptions:
 
 @dataclass(frozen=True)
 class IlpOptions:
-    """The MILP (:mod:`solvers.ilp`): its work budget is ``max_nodes`` branch-and-bound nodes.
+    """The MILP (:mod:`solvers.ilp`): its work budget is branch-and-bound nodes.
+
+    A solve may explore ``node_binaries`` / (option variables after fixing) nodes, within
+    [``min_nodes``, ``max_nodes``] (``curve_node_binaries`` per point of a curve): a node's LP
+    grows with the model, so this keeps a solve's time about the same at every size, and the
+    same input gives the same plan on any machine and under any load (issue 32: a 30 s
+    wall-clock limit fired under load on a 40-task DAG, and ``auto`` gave another plan).
+    Measured on a 40-task, 4-GPU DAG with 12 clocks and switch costs (480 option variables),
+    2-core machine: 5,000 nodes take about 8 s with CBC and 18 s with HiGHS.
 
     ``auto`` uses it up to ``max_binaries`` option variables after fixing and ``max_tasks``
     tasks (``curve_max_binaries`` per point of a curve). Its default safety net is
-    ``safety_net_s`` per solve (``curve_safety_net_s`` per curve point): the backend's own
-    time limit is that net less what the warm start took. ``mip_starts``: hand the warm
-    start to the backend (off: both bundled backends misbehaved with it, see
+    ``safety_net_s`` for the whole call, the fast method's warm start included
+    (``curve_safety_net_s`` per curve point): 6 to 10 times what the node budget takes on a
+    quiet machine, so that it does not fire beside two busy loops. ``mip_starts``: hand the
+    warm start to the backend (off: both bundled backends misbehaved with it, see
     :func:`solvers.ilp.solve_ilp`)."""
 
     max_nodes: int = 20_000
+    min_nodes: int = 200
+    node_binaries: float = 2_000_000.0
+    curve_node_binaries: float = 500_000.0
     max_binaries: int = 3000
     curve_max_binaries: int = 800
     max_tasks: int = 400
-    safety_net_s: float = 30.0
-    curve_safety_net_s: float = 10.0
+    safety_net_s: float = 180.0
+    curve_safety_net_s: float = 60.0
     mip_starts: bool = False
+
+    def nodes(self, n_binaries: int) -> int:
+        """The node budget of a model with ``n_binaries`` option variables."""
+        return int(min(self.max_nodes, max(self.min_nodes, self.node_binaries / max(n_binaries, 1))))
 
 
 @dataclass(frozen=True)
@@ -220,6 +236,39 @@ class DpOptions:
     max_wrap_runs: int = 256
 
 
+#: The default most tasks a problem may have (:attr:`LimitOptions.max_tasks`, ``--max-tasks``).
+#: Measured fast solves at 1.05x on 1F1B without switch costs (60 clocks, 2-core machine,
+#: shared and noisy): 8,192 tasks about 9 s, 16,384 about 45 s (0.5 GB), 32,768 about 5.5 min
+#: (1.0 GB); past 8,192 tasks the hull LP dominates and its time grows faster than tasks²,
+#: so 65,536 would take half an hour or more. 32,768 is the largest power of two a plan
+#: finishes within minutes here.
+DEFAULT_MAX_TASKS = 32_768
+
+
+@dataclass(frozen=True)
+class LimitOptions:
+    """Input limits, checked before anything is allocated for the problem, and where a
+    solver call runs so that a signal or the safety net can stop it.
+
+    ``max_tasks``: the most tasks a problem may have (:data:`DEFAULT_MAX_TASKS`; a problem
+    above it raises :class:`solvers.model.ProblemTooLargeError`; ``ecal plan --max-tasks``).
+    ``max_options``: the most options over all tasks (the index keeps a few arrays of that
+    length; 60 clocks × 32,768 tasks is 2 M). ``max_curve_points``: the most deadlines of one
+    curve (each is a plan). ``max_dense_cells``: the most (interpolated plan × task) cells a
+    curve keeps as choices (one byte each with up to 256 options; the interpolation between
+    two grid plans is evaluated in blocks of at most this many cells). ``lp_process_min_tasks``:
+    from this many tasks on, the hull LP (and the surrogate LP on its rows) is solved in a
+    child process that a signal or the safety net kills at once; smaller LPs solve in this
+    process in well under a second (2,048 tasks: about 0.3–0.7 s), which a signal then
+    waits for."""
+
+    max_tasks: int = DEFAULT_MAX_TASKS
+    max_options: int = 16 * 1024 * 1024
+    max_curve_points: int = 1000
+    max_dense_cells: int = 1 << 27
+    lp_process_min_tasks: int = 2048
+
+
 @dataclass(frozen=True)
 class SolveOptions:
     """All tuning of :func:`solvers.solve` and :func:`solvers.pareto`, per method; the
@@ -233,3 +282,4 @@ class SolveOptions:
     curve: CurveOptions = CurveOptions()
     ilp: IlpOptions = IlpOptions()
     dp: DpOptions = DpOptions()
+    limits: LimitOptions = LimitOptions()

@@ -35,6 +35,12 @@ Perseus' "energy − blocking power × time" cost, and the iteration energy at m
 
 Every builder takes ``steady_state``: the step repeats, so each device's switch from its last
 task back to its first is charged (passed to :meth:`Problem.build` when the model has it).
+
+Every builder also takes ``max_tasks`` (default
+:data:`solvers.options.DEFAULT_MAX_TASKS`; None: no limit): the number of tasks
+(:func:`pipeline_task_count`, arithmetic on the shape) is checked before any task is made, so
+``--microbatches 10000000`` is one line (:class:`~solvers.model.ProblemTooLargeError`), not a
+MemoryError.
 """
 
 from __future__ import annotations
@@ -44,7 +50,9 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .limits import check_options, check_tasks
 from .model import Option, Problem
+from .options import DEFAULT_MAX_TASKS
 
 INSTRUCTIONS = ("forward", "backward")
 #: The schedules :func:`pipeline` builds.
@@ -144,15 +152,27 @@ def _check_shape(n_stages: int, n_microbatches: int, stage: int | None = None) -
         raise ValueError(f"stage {stage!r} is not in 0..{n_stages - 1}")
 
 
+def pipeline_task_count(n_stages: int, n_microbatches: int, n_chunks: int = 1) -> int:
+    """The tasks of one iteration of any schedule: a forward and a backward per stage, chunk
+    and microbatch (arithmetic: nothing is built)."""
+    return 2 * int(n_stages) * int(n_microbatches) * max(int(n_chunks), 1)
+
+
 def pipeline_layout(schedule: str, n_stages: int, n_microbatches: int, n_chunks: int = 1,
-                    group_size: int | None = None
+                    group_size: int | None = None, *, max_tasks: int | None = DEFAULT_MAX_TASKS
                     ) -> tuple[dict[int, list[tuple[str, int, str, int]]], list[tuple[str, str]]]:
     """The tasks and dependencies of one iteration of ``schedule`` (one of :data:`SCHEDULES`):
     per stage, its tasks in execution order as (task name, chunk, instruction, microbatch),
-    and the data-flow edges (before, after). Chunk is 0 outside interleaved 1F1B."""
+    and the data-flow edges (before, after). Chunk is 0 outside interleaved 1F1B. More than
+    ``max_tasks`` tasks (None: no limit) raise :class:`~solvers.model.ProblemTooLargeError`
+    before anything is built."""
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown pipeline schedule {schedule!r}; known: {', '.join(SCHEDULES)}")
     _check_shape(n_stages, n_microbatches)
+    shape = f"{n_stages} stages x {n_microbatches} microbatches" + (
+        f" x {n_chunks} chunks" if schedule == "interleaved-1f1b" else "")
+    check_tasks(pipeline_task_count(n_stages, n_microbatches, n_chunks if schedule == "interleaved-1f1b" else 1),
+                max_tasks, f"{schedule} pipeline of {shape}")
     S, M = n_stages, n_microbatches
     order: dict[int, list[tuple[str, int, str, int]]] = {}
     edges: list[tuple[str, str]] = []
@@ -185,16 +205,20 @@ def pipeline(schedule: str, n_stages: int, n_microbatches: int,
              options: Mapping[Any, Sequence[Any]] | Callable[..., Sequence[Any]], *,
              n_chunks: int = 1, group_size: int | None = None,
              idle_power_w: float | Mapping[str, float] = 75.0, transitions: Any = None,
-             name: str | None = None, steady_state: bool = False) -> Problem:
+             name: str | None = None, steady_state: bool = False,
+             max_tasks: int | None = DEFAULT_MAX_TASKS, max_options: int | None = None) -> Problem:
     """The iteration DAG of ``schedule`` (``"1f1b"``, ``"gpipe"`` or ``"interleaved-1f1b"``).
 
     ``options`` gives the options of (stage, instruction) — for interleaved 1F1B of
     (stage, chunk, instruction) — as a mapping or a function of those arguments; every
     microbatch shares them (and their measurement keys, so their errors count as shared).
     ``idle_power_w``: one number for every stage or per device. ``steady_state``: the
-    iteration repeats (each device's wrap-around switch is charged).
+    iteration repeats (each device's wrap-around switch is charged). ``max_tasks`` and
+    ``max_options`` (options over all tasks; None: no limit) are checked before the tasks
+    are made (:class:`~solvers.model.ProblemTooLargeError`).
     """
-    order, edges = pipeline_layout(schedule, n_stages, n_microbatches, n_chunks, group_size)
+    order, edges = pipeline_layout(schedule, n_stages, n_microbatches, n_chunks, group_size,
+                                   max_tasks=max_tasks)
     chunked = schedule == "interleaved-1f1b"
     if callable(options):
         get = options
@@ -202,6 +226,7 @@ def pipeline(schedule: str, n_stages: int, n_microbatches: int,
         def get(*k: Any) -> Sequence[Any]:
             return options[k]
     tasks = []
+    n_opts = 0
     for s in range(n_stages):
         opts: dict[tuple[int, str], list[Any]] = {}
         for c in range(n_chunks if chunked else 1):
@@ -215,6 +240,9 @@ def pipeline(schedule: str, n_stages: int, n_microbatches: int,
                 prefix = f"s{s}v{c}" if chunked else f"s{s}"
                 opts[(c, inst)] = [o if isinstance(o, Option) else _keyed(o, prefix, inst, j)
                                    for j, o in enumerate(raw)]
+        if max_options is not None:
+            n_opts += sum(len(opts[(c, inst)]) for _nm, c, inst, _m in order[s])
+            check_options(n_opts, max_options, f"{schedule} pipeline")
         for nm, c, inst, _m in order[s]:
             tasks.append((nm, device_name(s), opts[(c, inst)]))
     if isinstance(idle_power_w, Mapping):
@@ -239,41 +267,45 @@ def build_problem(tasks: Sequence[tuple[str, str, Sequence[Any]]], edges: Sequen
 def one_f_one_b(n_stages: int, n_microbatches: int,
                 options: Mapping[tuple[int, str], Sequence[Any]] | Callable[[int, str], Sequence[Any]],
                 idle_power_w: float | Mapping[str, float] = 75.0, transitions: Any = None,
-                name: str | None = None, steady_state: bool = False) -> Problem:
+                name: str | None = None, steady_state: bool = False,
+                max_tasks: int | None = DEFAULT_MAX_TASKS) -> Problem:
     """Build the 1F1B iteration DAG of ``n_stages`` × ``n_microbatches``.
 
     ``options`` gives the options of (stage, "forward"|"backward") (a mapping or a function);
     every microbatch of that pair shares them (and their measurement keys, so their errors are
     counted as shared). ``idle_power_w``: one number for every stage or per device.
+    ``max_tasks``: see :func:`pipeline`.
     """
     if n_stages < 1 or n_microbatches < 1:
         raise ValueError(f"1F1B needs >= 1 stage and microbatch, got {n_stages} x {n_microbatches}")
     return pipeline("1f1b", n_stages, n_microbatches, options, idle_power_w=idle_power_w,
                     transitions=transitions, name=name or f"1f1b-{n_stages}x{n_microbatches}",
-                    steady_state=steady_state)
+                    steady_state=steady_state, max_tasks=max_tasks)
 
 
 def gpipe(n_stages: int, n_microbatches: int,
           options: Mapping[tuple[int, str], Sequence[Any]] | Callable[[int, str], Sequence[Any]],
           idle_power_w: float | Mapping[str, float] = 75.0, transitions: Any = None,
-          name: str | None = None, steady_state: bool = False) -> Problem:
+          name: str | None = None, steady_state: bool = False,
+          max_tasks: int | None = DEFAULT_MAX_TASKS) -> Problem:
     """Build the GPipe iteration DAG (all forwards, then all backwards on every stage);
     arguments as :func:`one_f_one_b`."""
     return pipeline("gpipe", n_stages, n_microbatches, options, idle_power_w=idle_power_w,
-                    transitions=transitions, name=name, steady_state=steady_state)
+                    transitions=transitions, name=name, steady_state=steady_state,
+                    max_tasks=max_tasks)
 
 
 def interleaved_1f1b(n_stages: int, n_microbatches: int, n_chunks: int,
                      options: Mapping[tuple[int, int, str], Sequence[Any]] | Callable[[int, int, str], Sequence[Any]],
                      idle_power_w: float | Mapping[str, float] = 75.0, transitions: Any = None,
                      name: str | None = None, group_size: int | None = None,
-                     steady_state: bool = False) -> Problem:
+                     steady_state: bool = False, max_tasks: int | None = DEFAULT_MAX_TASKS) -> Problem:
     """Build Megatron-LM's interleaved 1F1B iteration DAG: ``n_chunks`` model chunks per
     stage; ``options`` of (stage, chunk, instruction); ``group_size`` N as Megatron's
     ``microbatch_group_size_per_vp_stage`` (default: ``n_stages``)."""
     return pipeline("interleaved-1f1b", n_stages, n_microbatches, options, n_chunks=n_chunks,
                     group_size=group_size, idle_power_w=idle_power_w, transitions=transitions,
-                    name=name, steady_state=steady_state)
+                    name=name, steady_state=steady_state, max_tasks=max_tasks)
 
 
 def _keyed(o: Any, prefix: str, inst: str, j: int) -> Any:
@@ -294,11 +326,13 @@ def read_perseus_csv(path: str | os.PathLike, p2p_power_w: float = 75.0) -> dict
 
 
 def load_perseus_profile(path: str | os.PathLike, p2p_power_w: float = 75.0,
-                         n_microbatches: int | None = None, transitions: Any = None) -> Problem:
+                         n_microbatches: int | None = None, transitions: Any = None,
+                         max_tasks: int | None = DEFAULT_MAX_TASKS) -> Problem:
     """A 1F1B Problem from a Perseus profile CSV. ``n_microbatches`` defaults to 2 × stages
-    (the 4×8 layout of Perseus' examples)."""
+    (the 4×8 layout of Perseus' examples); ``max_tasks``: see :func:`pipeline`."""
     prof = read_perseus_csv(path, p2p_power_w)
     n_stages = 1 + max(s for s, _ in prof)
     n_mb = n_microbatches or 2 * n_stages
     name = f"{os.path.basename(str(path))}:1f1b-{n_stages}x{n_mb}"
-    return one_f_one_b(n_stages, n_mb, prof, p2p_power_w, transitions, name)
+    check_tasks(pipeline_task_count(n_stages, n_mb), max_tasks, f"{name}")
+    return one_f_one_b(n_stages, n_mb, prof, p2p_power_w, transitions, name, max_tasks=max_tasks)

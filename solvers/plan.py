@@ -89,14 +89,32 @@ class Plan:
         """Task name → option index."""
         return {t.name: t.option for t in self.tasks}
 
+    @property
+    def target_deadline_s(self) -> float:
+        """The deadline asked for: ``deadline_s``, unless :mod:`solvers.confidence` tightened
+        it to keep it at a confidence (then ``deadline_s`` is the tightened deadline the
+        method solved, and this one is in ``meta["confidence"]``)."""
+        c = self.meta.get("confidence") if isinstance(self.meta, Mapping) else None
+        return float(c["deadline_s"]) if isinstance(c, Mapping) and "deadline_s" in c else self.deadline_s
+
+    @property
+    def p_meets_deadline(self) -> float:
+        """P(makespan ≤ :attr:`target_deadline_s`) = Φ((D − T)/σ_T) from the propagated σ_T
+        (σ_T = 0: 1.0 or 0.0); :func:`solvers.confidence.p_meets`."""
+        from .confidence import p_meets
+
+        return p_meets(self.target_deadline_s, self.makespan_s, self.sd_makespan_s)
+
     def summary(self) -> str:
         """A short human table."""
+        from .confidence import deadline_lines
+
         per_dev: dict[str, list[str]] = {}
         for t in self.tasks:
             per_dev.setdefault(t.device, []).append(t.label)
         lines = [
             f"plan for {self.problem}  (method {self.method}, {self.status})",
-            f"  deadline   {self.deadline_s * 1e3:10.3f} ms",
+            *deadline_lines(self),
             f"  makespan   {self.makespan_s * 1e3:10.3f} ms ± {self.sd_makespan_s * 1e3:.3f}",
             f"  energy     {self.energy_j:10.3f} J  ± {self.sd_energy_j:.3f}",
             f"    static busy {self.static_busy_j:10.3f} J   idle {self.idle_j:10.3f} J",
@@ -105,6 +123,8 @@ class Plan:
             f"  bound      {self.lower_bound_j:10.3f} J   gap {self.gap * 100:.3f} %",
             f"  wall time  {self.wall_s:.3f} s",
         ]
+        assumed = self.meta.get("assumptions") if isinstance(self.meta, Mapping) else None
+        lines += [f"  assumption: {a}" for a in assumed or ()]
         if self.time_capped:
             search = self.meta.get("search")
             done = (f" after {search.get('work_units')} of {search.get('work_budget')} work units"
@@ -123,6 +143,7 @@ class Plan:
         """JSON-ready dict (``schema_version`` ``ecal.plan/1``)."""
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("tasks", "meta")}
         d["schema_version"] = PLAN_SCHEMA
+        d["p_meets_deadline"] = self.p_meets_deadline
         d["meta"] = dict(self.meta)
         d["tasks"] = [dict(vars(t)) for t in self.tasks]
         return d

@@ -14,8 +14,9 @@ def _save(fig, path: str | os.PathLike) -> Path:
     return save_figure(fig, path)
 
 
-def plot_timeline(plan: Plan, path: str | os.PathLike) -> Path:
-    """Gantt chart: one row per device, a bar per task coloured by its average power."""
+def plot_timeline(plan: Plan, path: str | os.PathLike, stamp: str | None = None) -> Path:
+    """Gantt chart: one row per device, a bar per task coloured by its average power;
+    ``stamp`` is appended to the title (as in :func:`plot_pareto`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -37,7 +38,8 @@ def plot_timeline(plan: Plan, path: str | os.PathLike) -> Path:
     ax.invert_yaxis()
     ax.set_xlabel("time (ms)")
     ax.set_title(f"{plan.problem}: {plan.energy_j:.1f} J, makespan {plan.makespan_s * 1e3:.2f} ms, "
-                 f"gap {plan.gap * 100:.2f} % ({plan.method})", fontsize=9)
+                 f"gap {plan.gap * 100:.2f} % ({plan.method})" + (f" — {stamp}" if stamp else ""),
+                 fontsize=9)
     fig.colorbar(cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, label="power (W)")
     ax.legend(loc="lower right", fontsize=8)
     out = _save(fig, path)
@@ -45,9 +47,11 @@ def plot_timeline(plan: Plan, path: str | os.PathLike) -> Path:
     return out
 
 
-def plot_pareto(curve: ParetoCurve, path: str | os.PathLike, others: dict | None = None) -> Path:
+def plot_pareto(curve: ParetoCurve, path: str | os.PathLike, others: dict | None = None,
+                stamp: str | None = None) -> Path:
     """Energy vs deadline (plans and lower bounds); ``others`` adds labelled (deadlines_s,
-    energies_j) series, e.g. lowtime's."""
+    energies_j) series, e.g. lowtime's; ``stamp`` is appended to the title (``SIMULATED H200``
+    on the simulator's curves, so a figure never passes for a measurement)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -60,7 +64,7 @@ def plot_pareto(curve: ParetoCurve, path: str | os.PathLike, others: dict | None
         ax.plot([x * 1e3 for x in d], e, ".", markersize=2, label=name)
     ax.set_xlabel("deadline (ms)")
     ax.set_ylabel("energy (J)")
-    ax.set_title(f"{curve.problem} ({curve.method})", fontsize=9)
+    ax.set_title(f"{curve.problem} ({curve.method})" + (f" — {stamp}" if stamp else ""), fontsize=9)
     ax.legend(fontsize=8)
     out = _save(fig, path)
     plt.close(fig)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .limits import cap_seconds
 from .model import Problem
 from .options import SearchSettings, SolveOptions
 from .search import MemberRun, run_member
@@ -43,7 +44,8 @@ def run_portfolio(p: Problem, plans: list[np.ndarray], deadline_s: float, work: 
                      timeout_s=timeout_s) for m in members[1:]]
     try:
         meanwhile()
-        runs = [run_member(p, plans, deadline_s, work, net_s, members[0], options)]
+        # what the bound left of the call's net (solvers.limits.wall_net), if it is sooner
+        runs = [run_member(p, plans, deadline_s, work, cap_seconds(net_s), members[0], options)]
         runs += [job.result() for job in pending]
     finally:
         for job in pending:

@@ -17,6 +17,7 @@ import numpy as np
 from .feasibility import latest_makespan_s, plan_meets_deadline
 from .hull_lp import LPResult
 from .lagrangian import Flow, device_viterbi
+from .limits import net_passed
 from .lns import windowed_rounding
 from .model import Problem
 from .repair import repaired
@@ -173,13 +174,26 @@ def switch_starts(p: Problem, fl: Flow, res: LPResult, deadline_s: float,
     searching from the relaxed scaled plan ended 0.4 points higher), while the relaxed start
     wins on small pipelines."""
     ix = p.index
-    cands = [windowed_rounding(p, res.time_s, deadline_s), round_to_deadline(p, res.time_s, deadline_s),
-             scaled_lagrangian_plan(p, fl, deadline_s), round_lp_switch_aware(p, res.time_s)]
-    out = [ch for ch in cands if ch is not None and plan_meets_deadline(p, ch, deadline_s)]
+    makers = [lambda: windowed_rounding(p, res.time_s, deadline_s),
+              lambda: round_to_deadline(p, res.time_s, deadline_s),
+              lambda: scaled_lagrangian_plan(p, fl, deadline_s),
+              lambda: round_lp_switch_aware(p, res.time_s)]
+    out = []
+    for make in makers:
+        if out and net_passed():             # the call's safety net: the starts made so far
+            return out
+        ch = make()
+        if ch is not None and plan_meets_deadline(p, ch, deadline_s):
+            out.append(ch)
+    if net_passed() and out:
+        return out
     relaxed = [r for r in (repaired(p, ch, deadline_s, horizons) for ch in out) if r is not None]
     if relaxed:
         out.append(min(relaxed, key=ix.objective))
+    if net_passed() and out:
+        return out
     uni = uniform_per_device(p, deadline_s)
     if uni is not None:
         out.append(uni)
     return out
+

@@ -29,6 +29,7 @@ from .feasibility import plan_meets_deadline
 from .hold import best_hold, held_problem, held_problem_values, replan_levels
 from .hull_lp import HullLP
 from .lagrangian import flow_from_duals
+from .limits import NetFired
 from .lns import Budget, iterated_polish, polish
 from .model import Problem
 from .options import SearchSettings, SolveOptions
@@ -97,10 +98,11 @@ def search(p: Problem, plans: list[np.ndarray], deadline_s: float, budget: Budge
     whole budget for one search. ``settings``: the DP caps and kick seed. Returns the plans,
     best first."""
     hold = options.hold
-    if best_hold(p, plans[0], deadline_s, hold) is None:
+    # (holds are work outside the units: skipped once the safety net has fired)
+    if _out_of_time(budget) or best_hold(p, plans[0], deadline_s, hold) is None:
         return improve(p, plans, deadline_s, budget, settings, options)
     plans = improve(p, plans, deadline_s, budget.part((1 - hold.share) * budget.left), settings, options)
-    found = best_hold(p, plans[0], deadline_s, hold)
+    found = None if _out_of_time(budget) else best_hold(p, plans[0], deadline_s, hold)
     if found is None:
         return [iterated_polish(p, plans[0], deadline_s, seed=settings.seed, budget=budget,
                                 caps=settings.caps)] + plans
@@ -115,6 +117,11 @@ def search(p: Problem, plans: list[np.ndarray], deadline_s: float, budget: Budge
     return improve(p, starts, deadline_s, budget, settings, options) + plans
 
 
+def _out_of_time(budget: Budget) -> bool:
+    """Whether ``budget``'s wall-clock safety net has passed (then it is marked capped)."""
+    return budget.seconds_left() <= 0 and budget.done()
+
+
 def replan_hold(p: Problem, choice: np.ndarray, deadline_s: float, window: tuple[float, float],
                 budget: Budget, settings: SearchSettings,
                 options: SolveOptions = SolveOptions()) -> np.ndarray | None:
@@ -127,12 +134,25 @@ def replan_hold(p: Problem, choice: np.ndarray, deadline_s: float, window: tuple
     start cannot do (it keeps the ramps). Returns the re-plan (a choice for ``p``), or None,
     spending nothing, when even the best held problem's LP (a lower bound on its plans) is
     no cheaper than ``choice``, or no level gives a plan that meets the deadline."""
-    ix = p.index
     cores, levels = replan_levels(p, choice, deadline_s, window, options.hold)
     if not levels:
         return None
     # one LP for every level: the held problems differ only in the held tasks' one option
-    lp = HullLP(held_problem(p, cores, levels[0]).problem)
+    lp = HullLP(held_problem(p, cores, levels[0]).problem,
+                process_min_tasks=options.limits.lp_process_min_tasks)
+    try:
+        return _replan_hold(p, choice, deadline_s, budget, settings, options, cores, levels, lp)
+    except NetFired:                            # the call's safety net: no re-plan
+        return None
+    finally:
+        lp.close()
+
+
+def _replan_hold(p: Problem, choice: np.ndarray, deadline_s: float, budget: Budget,
+                 settings: SearchSettings, options: SolveOptions, cores, levels,
+                 lp: HullLP) -> np.ndarray | None:
+    """:func:`replan_hold` with its levels and their LP."""
+    ix = p.index
     now = 0                                     # the level lp describes
 
     def set_level(i: int) -> None:

@@ -27,6 +27,7 @@ from .fast import solve_fast
 from .feasibility import bound_proves
 from .hull_lp import HullLP
 from .ilp import allowed_options, solve_ilp
+from .limits import check_problem, net_left, wall_net
 from .model import InfeasibleError, Problem, ProblemError
 from .options import SolveOptions
 from .plan import Plan, make_plan
@@ -65,16 +66,22 @@ def solve(problem: Problem, deadline: float | str, method: str = "auto",
     the same plan on any machine and under any load. ``time_limit_s`` is only the call's
     wall-clock safety net, never a budget (default: ``options.ilp.safety_net_s`` for the
     MILP, whose backend gets what is left of it after the warm start;
-    :func:`solvers.fast.safety_net_s` for the fast method); when it fires, the plan says so
-    (``Plan.time_capped``). The plan's ``lower_bound_j`` is the method's bound, unclamped;
-    status ``optimal`` only when the method proved it.
+    :func:`solvers.fast.safety_net_s` for the fast method); it bounds the whole call, LP and
+    MILP back ends included (they are stopped, their processes killed and their temp files
+    removed), and when it fires the plan says so (``Plan.time_capped``). Ctrl-C (or any
+    exception a signal handler raises) stops a running LP or MILP within a fraction of a
+    second. The plan's ``lower_bound_j`` is the method's bound, unclamped; status ``optimal``
+    only when the method proved it.
 
-    Raises :class:`InfeasibleError` (with the fastest achievable makespan) when the deadline
-    cannot be met, :class:`ProblemError` for an unknown method or a method that does not apply.
+    Raises :class:`~solvers.model.ProblemTooLargeError` before anything is allocated when ``problem`` is
+    over ``options.limits`` (tasks, options), :class:`InfeasibleError` (with the fastest
+    achievable makespan) when the deadline cannot be met, :class:`ProblemError` for an
+    unknown method or a method that does not apply.
     """
     if method not in METHODS:
         raise ProblemError(f"unknown method {method!r}; choose from {METHODS}")
     options = options or SolveOptions()
+    check_problem(problem, options.limits)
     t0 = time.perf_counter()
     D = problem.deadline_s(deadline)
     problem.check_feasible(D)
@@ -107,18 +114,20 @@ def solve(problem: Problem, deadline: float | str, method: str = "auto",
                                   problem.fastest_makespan_s())
         return make_plan(problem, ch, D, method="brute", lower_bound_j=e,
                          wall_s=time.perf_counter() - t0, proven=True)
-    # the MILP's warm start and fallback; time_limit_s is the whole call's safety net
-    fast = solve_fast(problem, D, _lp, time_limit_s=time_limit_s, options=options)
     if method == "fast":
+        fast = solve_fast(problem, D, _lp, time_limit_s=time_limit_s, options=options)
         return make_plan(problem, fast.choice, D, method="fast", lower_bound_j=fast.lower_bound_j,
                          wall_s=time.perf_counter() - t0,
                          proven=bound_proves(fast.lower_bound_j, fast.energy_j),
                          meta={"search": fast.search} if fast.search else None,
                          time_capped=fast.time_capped)
+    # time_limit_s is the whole call's safety net: the warm start, then the MILP with what it left
     net_s = options.ilp.safety_net_s if time_limit_s is None else float(time_limit_s)
-    backend_s = max(net_s - (time.perf_counter() - t0), 1.0)   # what the warm start left of it
-    r = solve_ilp(problem, D, backend_time_limit_s=backend_s, warm_start=fast.choice,
-                  fallback_bound_j=fast.lower_bound_j, opts=options.ilp)
+    with wall_net(net_s):
+        # the MILP's warm start and fallback
+        fast = solve_fast(problem, D, _lp, time_limit_s=time_limit_s, options=options)
+        r = solve_ilp(problem, D, backend_time_limit_s=max(net_left(), 0.0), warm_start=fast.choice,
+                      fallback_bound_j=fast.lower_bound_j, opts=options.ilp)
     use_ilp = r.choice is not None and r.energy_j <= fast.energy_j
     ch = r.choice if use_ilp else fast.choice
     bound = max(r.lower_bound_j, fast.lower_bound_j) if math.isfinite(r.lower_bound_j) else fast.lower_bound_j
@@ -128,4 +137,7 @@ def solve(problem: Problem, deadline: float | str, method: str = "auto",
     return make_plan(problem, ch, D, method=f"ilp[{r.solver}]", lower_bound_j=bound,
                      wall_s=time.perf_counter() - t0, proven=proven,
                      status=None if proven else ("time_limit" if capped else "feasible"),
-                     meta={"milp_status": r.status}, time_capped=capped)
+                     meta={"milp_status": r.status,
+                           # which one produced the plan: the MILP back end, or its warm start
+                           "plan_from": r.solver if use_ilp else "fast"},
+                     time_capped=capped)

@@ -13,8 +13,13 @@ Fault injection (for tests/test_faults.py):
 
 * ``gpus=[FakeGPU(), ...]``: several cards (``nvmlDeviceGetCount``, handles by index or UUID);
 * ``state_path=``: file-backed cards — the card state (limit, locks, clock, counter) is loaded
-  from that JSON file at the start of every call and saved after the call's effect, so a test
-  can SIGKILL a child process and then read or restore the "card" from another process;
+  from that JSON file at the start of every call and saved after the call's effect (only when
+  the call changed it: getters do not rewrite the file), so a test can SIGKILL a child
+  process and then read or restore the "card" from another process. Each call's
+  load-effect-save holds an ``flock`` on the sidecar file ``STATE_PATH.lock``, so calls from
+  concurrent processes are atomic, as real NVML calls are, and none loses another's write
+  (a call made from inside another, e.g. by a signal handler, runs inside the outer one's
+  lock);
 * ``fake.after_call(name, callback, nth=1)``: run ``callback()`` inside the ``nth`` call of
   ``name`` (``None``: any call) after its effect and before it returns — as a Python signal
   handler runs right after pynvml's C call returns;
@@ -27,6 +32,8 @@ Fault injection (for tests/test_faults.py):
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import inspect
 import json
@@ -167,20 +174,55 @@ def make_fake_pynvml(gpu: FakeGPU | None = None, *, gpus: list[FakeGPU] | None =
     failures: list[list[Any]] = []    # [name, first, last, code]
     counts: dict[str | None, int] = {}
 
+    loaded: list[Any] = [None]     # the card state as last loaded or saved (skip no-op saves)
+    depth = [0]                    # nesting of _atomic() in this process
+
+    @contextlib.contextmanager
+    def _atomic():
+        """Hold the file-backed cards' flock (re-entrant within this process)."""
+        if state_path is None or depth[0] > 0:
+            depth[0] += 1
+            try:
+                yield
+            finally:
+                depth[0] -= 1
+            return
+        fd = os.open(f"{os.fspath(state_path)}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            depth[0] += 1
+            try:
+                yield
+            finally:
+                depth[0] -= 1
+        finally:
+            os.close(fd)           # drops the flock
+
     def _load() -> None:
         if state_path is None:
             return
         try:
             states = load_cards(state_path)
         except FileNotFoundError:
-            save_cards(state_path, cards)
+            _save(force=True)
             return
         for c, s in zip(cards, states):
             c.load_card_state(s)
+        loaded[0] = [c.card_state() for c in cards]
 
-    def _save() -> None:
-        if state_path is not None:
+    def _save(force: bool = False) -> None:
+        if state_path is None:
+            return
+        now = [c.card_state() for c in cards]
+        if force or now != loaded[0]:
             save_cards(state_path, cards)
+            loaded[0] = now
+
+    def _locked(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any) -> Any:
+            with _atomic():
+                return fn(*args)
+        return run
 
     def _count(name: str) -> int:
         counts[name] = counts.get(name, 0) + 1
@@ -215,14 +257,15 @@ def make_fake_pynvml(gpu: FakeGPU | None = None, *, gpus: list[FakeGPU] | None =
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             sig.bind(*args, **kwargs)     # a wrong call signature is a TypeError, as in pynvml
             name = fn.__name__
-            _load()
-            n = _count(name)
-            n_any = counts[None]
-            try:
-                _enter(name, *args)
-                result = fn(*args, **kwargs)
-            finally:
-                _save()
+            with _atomic():               # one atomic call, as in NVML
+                _load()
+                n = _count(name)
+                n_any = counts[None]
+                try:
+                    _enter(name, *args)
+                    result = fn(*args, **kwargs)
+                finally:
+                    _save()
             for hname, nth, cb in list(hooks):
                 if (hname == name and nth == n) or (hname is None and nth == n_any):
                     cb()
@@ -365,14 +408,14 @@ def make_fake_pynvml(gpu: FakeGPU | None = None, *, gpus: list[FakeGPU] | None =
         failures.append([name, int(start), int(start) + int(count) - 1, int(code)])
 
     if state_path is not None:
-        _load()
+        _locked(_load)()
     mod = types.SimpleNamespace(**consts, **errors, **funcs)
     mod.gpu = g0
     mod.gpus = cards
-    mod.time = lambda: (_load(), g0.t)[1]
-    mod.sleep = lambda dt: (_load(), g0.advance(dt), _save())
-    mod.busy = lambda dt, power_w: (_load(), g0.advance(dt, power_w), _save())
-    mod.save = _save          # after changing a file-backed card's state by hand
+    mod.time = _locked(lambda: (_load(), g0.t)[1])
+    mod.sleep = _locked(lambda dt: (_load(), g0.advance(dt), _save()))
+    mod.busy = _locked(lambda dt, power_w: (_load(), g0.advance(dt, power_w), _save()))
+    mod.save = _locked(lambda: _save(force=True))   # after changing a file-backed card by hand
     mod.after_call = after_call
     mod.fail_calls = fail_calls
     mod.call_count = lambda name=None: counts.get(name, 0)

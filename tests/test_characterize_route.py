@@ -262,7 +262,7 @@ def test_bad_protocol_and_name_options(argv, what, capsys, tmp_path, monkeypatch
 def test_sim_default_grid_is_unchanged():
     opset = SimulatedGPU().operating_set()
     assert default_grid(opset) == Grid.parse(DEFAULT_GRID)
-    assert default_grid(opset, read_only=True) == Grid.parse("sm_count=132:4:-16")
+    assert default_grid(opset, read_only=True) == Grid.parse("sm_count=132,120:8:-16")   # as granted
 
 
 def test_zero_time_work_on_the_simulator_fails_fast():

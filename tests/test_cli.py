@@ -70,7 +70,33 @@ def test_characterize_frontier_roundtrip(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "copy_2GiB" in r.stdout
     doc = json.loads((tmp_path / "f.json").read_text())
-    assert "copy_2GiB" in doc["frontiers"]
+    assert doc["meta"]["frontier"]["elements"]["copy_2GiB"]["measured"] == 3
+    # the frontier file is a signature file: every reader of signatures takes it
+    r = ecal("frontier", "f.json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    kept = doc["meta"]["frontier"]["elements"]["copy_2GiB"]["frontier"]
+    assert f"{kept} frontier point(s) of {kept} measured" in r.stdout
+    r = ecal("compose", "f.json", cwd=tmp_path)
+    assert r.returncode == 2 and "has no compositions to predict" in r.stderr
+
+
+def test_frontier_refuses_its_input_as_output(tmp_path):
+    r = ecal("characterize", "copy_2GiB", "--grid", "sm_clock_mhz=1980:1380:-300",
+             "-o", "copy.json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    before = (tmp_path / "copy.json").read_bytes()
+    r = ecal("frontier", "copy.json", "-o", "copy.json", cwd=tmp_path)
+    one_line_error(r, "is the input file")
+    assert (tmp_path / "copy.json").read_bytes() == before
+
+
+def test_store_filter_lists_models_present(tmp_path):
+    r = ecal("characterize", "copy_2GiB", "--grid", "sm_clock_mhz=1980:1380:-300",
+             "-o", "copy.json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert ecal("store", "import", "st.sqlite", "copy.json", cwd=tmp_path).returncode == 0
+    r = ecal("frontier", "st.sqlite", "--gpu-model", "H200", cwd=tmp_path)
+    one_line_error(r, "it has GPU model(s) 'simulated H200'")
 
 
 def test_missing_file_is_one_line_error(tmp_path):

@@ -4,6 +4,7 @@ through ``ecal pareto --plan-at``; ``energy_at`` reports only the energy of such
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -203,7 +204,11 @@ def test_cli_plan_at_gives_back_a_point_of_the_curve(tmp_path):
              "--schedule", "schedule.json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     plan = Plan.load(tmp_path / "plan.json")
-    assert plan == want and plan.energy_j == pytest.approx(e, rel=REL, abs=0)
+    # the same point; its meta adds the confidence asked (σ_T is 0 here: P is 1) and that
+    # the profile gives no switch costs
+    assert plan.meta["confidence"]["p_meets_deadline"] == 1.0 and plan.meta["assumptions"]
+    assert dataclasses.replace(plan, meta=want.meta) == want
+    assert plan.energy_j == pytest.approx(e, rel=REL, abs=0)
     assert plan.method == INTERPOLATED and meets_deadline(plan.makespan_s, mk)
     assert json.loads((tmp_path / "schedule.json").read_text())["devices"]
     # without --curve the curve is computed again: the same point (plans depend on input alone)

@@ -7,8 +7,6 @@ them — here and in the portfolio's worker process — and neither may report a
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,22 +14,9 @@ import pytest
 
 from solvers import ConstantTransition, SolveOptions, load_perseus_profile, pareto, solve
 from solvers.options import PortfolioOptions, SearchSettings
+from tests.busy import BusyLoops
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "ecal" / "examples" / "pipeline_4x8.csv"
-SPIN = "while True:\n    pass\n"
-
-
-class BusyLoops:
-    """Two child processes that spin until the block ends (killed by their own pids)."""
-
-    def __enter__(self) -> BusyLoops:
-        self.procs = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(2)]
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for p in self.procs:
-            p.kill()
-            p.wait()
 
 
 def _fingerprint(plan) -> tuple:

@@ -237,3 +237,12 @@ def test_save_signatures_extra_blocks_are_kept_and_never_replace_the_files_own(t
     with pytest.raises(ValueError, match="signatures"):
         save_signatures(tmp_path / "y.json", [s], extra={"signatures": {}})
     assert not (tmp_path / "y.json").exists()
+
+
+def test_a_duplicate_json_key_is_refused(tmp_path):
+    from frontier.io import read_json
+
+    f = tmp_path / "dup.json"
+    f.write_text('{"schema_version": 1, "signatures": {}, "signatures": {"a": 1}}')
+    with pytest.raises(FormatError, match="signatures: given twice"):
+        read_json(f)

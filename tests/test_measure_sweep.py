@@ -284,3 +284,12 @@ def test_resume_refuses_results_from_another_device(tmp_path):
     dev, fake, work = _nvml_dev()
     with pytest.raises(ResultsMismatchError, match="simulated H200"):
         sweep(dev, {None: work}, "copy", protocol=FAST, results_path=str(path), progress=None)
+
+
+def test_a_runaway_grid_range_is_refused_before_listing():
+    from measure.grid import GridError, parse_grid
+
+    with pytest.raises(GridError, match="more than 10,000 values"):
+        parse_grid("sm_clock_mhz=1:1e12:1")
+    with pytest.raises(GridError, match="finite"):
+        parse_grid("sm_clock_mhz=1:inf:1")

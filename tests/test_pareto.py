@@ -143,7 +143,7 @@ def test_default_name_and_table():
     tab = f.to_table()
     assert "T (ms)" in tab and "E (J)" in tab
     assert "cublas @ 1980MHz" in tab and "1410MHz" in tab
-    assert "0.4 ± 0.01" in tab
+    assert "0.4000 ± 0.0100" in tab     # σ at the value's precision (frontier.units.pm)
     mixed = pareto_frontier([sig(1, 1, name="a"), sig(2, 0.5, name="b")])
     assert mixed.name == "frontier"
 

@@ -68,9 +68,12 @@ def _copy(demo_dir: Path, tmp_path: Path) -> Path:
 def test_run_reproduces_the_demo_execution(demo, capsys, tmp_path):
     r, d = demo
     out = tmp_path / "result.json"
-    assert run_cli(str(d / "plan.json"), "--device", "sim", "--seed", str(CFG.seed), "-o", str(out),
-                   "--json") == 0
+    rc = run_cli(str(d / "plan.json"), "--device", "sim", "--seed", str(CFG.seed), "-o", str(out),
+                 "--json")
     doc = json.loads(capsys.readouterr().out)
+    # exit 1 exactly when the plan missed its deadline or an Eq. 23 test of the plan flagged
+    assert rc == (1 if doc["plan"]["problems"] else 0)
+    assert doc["plan"]["problems"] == r.comparison.plan.problems()
     assert doc == json.loads(out.read_text())
     want = r.comparison
     assert doc["simulated"] is True
@@ -91,7 +94,7 @@ def test_run_reproduces_the_demo_execution(demo, capsys, tmp_path):
 
 def test_round1_plan_file_reproduces_the_flag(demo, capsys):
     r, d = demo
-    assert run_cli(str(d / "plan_round1.json")) == 0
+    assert run_cli(str(d / "plan_round1.json")) == (1 if r.first.execution.problems() else 0)
     text = capsys.readouterr().out
     assert "SIMULATED" in text
     assert ("FLAGGED" in text.splitlines()[2]) == r.first.flagged
@@ -99,11 +102,13 @@ def test_round1_plan_file_reproduces_the_flag(demo, capsys):
 
 
 def test_text_output_has_savings(demo, capsys):
-    _, d = demo
-    assert run_cli(str(d / "plan.json"), "--no-baselines") == 0
+    r, d = demo
+    code = 1 if r.comparison.plan.problems() else 0
+    assert run_cli(str(d / "plan.json"), "--no-baselines") == code
     assert "savings" not in capsys.readouterr().out
-    assert run_cli(str(d / "plan.json")) == 0
+    assert run_cli(str(d / "plan.json")) == code
     out = capsys.readouterr().out
+    assert out.rstrip().splitlines()[-1].startswith("result: ") and f"exit {code}" in out
     assert "savings (SIMULATED" in out and "vs all-max" in out
 
 
@@ -183,8 +188,9 @@ def test_a_workload_plan_runs_on_simulated_h200s_with_its_baseline(tmp_path, cap
     capsys.readouterr()
     docs = []
     for _ in range(2):
-        assert main(["run", plan, "--workload", wl, "--microbatches", "2", "--json"]) == 0
+        rc = main(["run", plan, "--workload", wl, "--microbatches", "2", "--json"])
         docs.append(json.loads(capsys.readouterr().out))
+        assert rc == (1 if docs[-1]["problems"] else 0)
     assert docs[0] == docs[1]
     doc = docs[0]
     assert doc["plan"]["simulated"] is True and set(doc["baselines"]) == {"all_max"}

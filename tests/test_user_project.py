@@ -204,6 +204,12 @@ def test_ecal_run_measures_my_plan_on_my_gpu(project, capsys):
                      "bwd": {"source": "sigs.json", "element": "bwd", "work": "mytrain:make_bwd"}},
         "shape": {"kind": "chain", "tasks": ["fwd", "fwd", "bwd", "bwd"]},
         "idle_power_w": 123.0}))
+    # switches are never free by accident: measure them on the GPU, then name the table
+    assert cli.main(["transitions", "chain.json", "--device", "nvml:0", "--repeats", "1",
+                     "-o", "transitions.json"]) == 0, capsys.readouterr().err
+    doc = json.loads((project.path / "chain.json").read_text())
+    doc["transitions"] = {"file": "transitions.json"}
+    (project.path / "chain.json").write_text(json.dumps(doc))
     assert cli.main(["plan", "chain.json", "--deadline", "1.3x", "-o", "plan.json"]) == 0
     capsys.readouterr()
     rc = cli.main(["run", "plan.json", "--workload", "chain.json", "--device", "nvml:0",
@@ -226,7 +232,7 @@ def test_ecal_run_on_a_real_gpu_refuses_what_it_cannot_run(project, capsys):
                    "-o", "sigs.json", *FAST])
     assert rc == 0, capsys.readouterr().err
     base = {"format": "ecal.workload/1", "elements": {"fwd": {"source": "sigs.json"}},
-            "idle_power_w": 123.0}
+            "idle_power_w": 123.0, "transitions": "free"}
     (project.path / "nowork.json").write_text(json.dumps(
         {**base, "shape": {"kind": "chain", "tasks": ["fwd", "fwd"]}}))
     (project.path / "two.json").write_text(json.dumps(

@@ -46,10 +46,12 @@ def proj(tmp_path):
 
 
 def _doc(**over):
+    """A workload whose switches are free, said explicitly (these tests are about shapes and
+    reading; tests/test_deadline_kept.py is about a workload that gives no transitions)."""
     d = {"format": WORKLOAD_FORMAT, "name": "w",
          "elements": {"fwd": {"source": "fwd.json", "element": "stage_forward"}, "bwd": "bwd.json"},
          "shape": {"kind": "1f1b", "stages": 2, "microbatches": 3, "forward": "fwd", "backward": "bwd"},
-         "idle_power_w": 60.0}
+         "idle_power_w": 60.0, "transitions": "free"}
     d.update(over)
     return d
 

@@ -33,6 +33,7 @@ from pathlib import Path
 if __package__ in (None, ""):   # run as a script from a checkout: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from frontier.errors import EnergyCalculusError  # noqa: E402
 from measure.apply import PlanApplier, task_name  # noqa: E402
 
 
@@ -107,7 +108,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None,
                     help="folder for the example schedule (default: a temporary folder)")
     args = ap.parse_args(argv)
+    try:
+        return _run(args)
+    except EnergyCalculusError as exc:      # a bad schedule or rank: one line, as ecal does
+        print(f"{Path(sys.argv[0]).name}: error: {exc}", file=sys.stderr)
+        return 2
 
+
+def _run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="ecal-example-"))
     path = Path(args.schedule) if args.schedule else out / "schedule.json"
     if not args.schedule:

@@ -1,0 +1,56 @@
+"""The error hierarchy: one root, bad input as ValueError, device and store errors not."""
+
+from __future__ import annotations
+
+import pytest
+
+from frontier.errors import (
+    CompositionError,
+    EnergyCalculusError,
+    FormatError,
+    InputError,
+    InternalError,
+    InvalidSignatureError,
+)
+from measure.device import DeviceError, PermissionDeniedError, UnsupportedSettingError
+from measure.factory import UserCodeError
+from measure.locks import LockedError
+from measure.nvml import GpuLostError, RestoreFailedError
+from measure.store import StoreError
+from solvers.feasibility import CertificateError
+from solvers.model import InfeasibleError, ProblemError
+
+
+def test_root_is_an_exception_not_a_value_error():
+    assert issubclass(EnergyCalculusError, Exception)
+    assert not issubclass(EnergyCalculusError, ValueError)
+
+
+@pytest.mark.parametrize("cls", [GpuLostError, LockedError, RestoreFailedError, PermissionDeniedError,
+                                 DeviceError, StoreError])
+def test_device_and_store_errors_are_not_value_errors(cls):
+    # a training loop's `except ValueError` must never swallow a lost GPU or a damaged store
+    assert issubclass(cls, EnergyCalculusError) and not issubclass(cls, ValueError)
+
+
+@pytest.mark.parametrize("cls", [FormatError, InvalidSignatureError, CompositionError, ProblemError,
+                                 InfeasibleError, UnsupportedSettingError])
+def test_bad_input_is_a_value_error(cls):
+    assert issubclass(cls, EnergyCalculusError) and issubclass(cls, ValueError)
+    assert issubclass(cls, InputError) or issubclass(cls, DeviceError)
+
+
+def test_internal_and_user_code_errors_are_in_the_hierarchy():
+    assert issubclass(CertificateError, InternalError) and issubclass(CertificateError, RuntimeError)
+    assert issubclass(UserCodeError, EnergyCalculusError) and not issubclass(UserCodeError, ValueError)
+
+
+def test_the_cli_shows_an_internal_error_as_a_bug(monkeypatch, capsys):
+    from ecal import cli, commands
+
+    def broken(args):
+        raise CertificateError("the plan's own check failed")
+
+    monkeypatch.setattr(commands, "cmd_compose", broken)
+    with pytest.raises(CertificateError):
+        cli.main(["compose", "x.json"])

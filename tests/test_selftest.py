@@ -1,0 +1,206 @@
+"""``ecal selftest``: the simulator through the real CLI, and the fake NVML opened read-only."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ecal import cli
+from measure import sm_alloc
+from measure.selftest import (
+    FORMAT,
+    SelftestWorks,
+    check_counter_period,
+    check_deep_idle,
+    run_selftest,
+)
+from tests.fake_pynvml import FakeGPU, install_fake_nvml, make_fake_pynvml
+from tests.fake_torch import make_fake_driver, make_fake_torch
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = (ROOT / "docs" / "selftest.md").read_text()
+CHECKS = ("counter_period", "counter_read_cost", "deep_idle_power", "ready_power",
+          "sequential_composite", "sm_split_scaling", "sm_partitions")
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path, monkeypatch):
+    monkeypatch.setenv("ECAL_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setattr(sm_alloc, "_CACHE", {})
+    monkeypatch.setattr(sm_alloc, "cuda_driver", lambda: None)
+
+
+def _nvml(monkeypatch, **gpu):
+    fake = make_fake_pynvml(FakeGPU(**gpu))
+    cls = install_fake_nvml(monkeypatch, fake)
+    return fake, cls(index=0, read_only=True, cuda_index=0)
+
+
+def _fake_works(fake, torch=None, extra_j: float = 0.0) -> SelftestWorks:
+    """Works on the fake card: ``a`` takes 2 ms on all 132 SMs (longer on fewer, when a fake
+    torch tells which stream it runs on), ``b`` 1 ms; ``seq`` is both (plus ``extra_j``)."""
+    def a():
+        sms = len(torch.cuda.current_stream().sm_ids) if torch is not None else 132
+        fake.busy(0.002 * 132 / sms, 500.0)
+
+    def b():
+        fake.busy(0.001, 300.0)
+
+    def both():
+        a()
+        b()
+        if extra_j:
+            fake.busy(extra_j / 400.0, 400.0)
+    return SelftestWorks(a, b, both, "a", "b")
+
+
+# -- the simulator through the real CLI -----------------------------------------------------
+
+def test_selftest_on_the_simulator_through_the_cli(tmp_path):
+    out = tmp_path / "report.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "ECAL_STATE_DIR": str(tmp_path / "state")}
+    p = subprocess.run([sys.executable, "-m", "ecal", "selftest", "--device", "sim", "--json",
+                        "-o", str(out)], capture_output=True, text=True, cwd=tmp_path, env=env,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc == json.loads(out.read_text())
+    assert doc["format"] == FORMAT == "ecal.selftest/1"
+    assert doc["simulated"] is True and doc["read_only"] is True and doc["ok"] is True
+    assert doc["verdict"] in ("pass", "warn")
+    assert [c["name"] for c in doc["checks"]] == list(CHECKS)
+    for c in doc["checks"]:
+        assert set(c) == {"name", "assumption", "verdict", "value", "unit", "detail", "data"}
+        assert c["verdict"] in ("pass", "warn", "fail", "skipped")
+    by = {c["name"]: c for c in doc["checks"]}
+    assert 0.073 <= by["counter_period"]["value"] <= 0.127          # the simulated tick
+    assert by["ready_power"]["value"] > by["deep_idle_power"]["value"]
+    assert by["sequential_composite"]["data"]["deviation"]["c_alpha"] == pytest.approx(1.96, abs=0.01)
+    points = by["sm_split_scaling"]["data"]["points"]
+    assert [(p["requested"], p["granted"]) for p in points] == [(34, 40), (67, 72), (132, 132)]
+    assert by["sm_partitions"]["verdict"] == "skipped"
+    # every key of the report and every check is documented
+    for key in list(doc) + list(CHECKS) + list(doc["checks"][0]):
+        assert f"`{key}`" in DOC, key
+
+
+def test_table_and_refused_write(capsys):
+    assert cli.main(["selftest", "--device", "sim"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in CHECKS) and re.search(r"^verdict: (pass|warn)", out, re.M)
+    assert cli.main(["selftest", "--device", "sim", "--write"]) == 2
+    assert "planned" in capsys.readouterr().err
+
+
+def test_docs_record_that_no_gpu_was_available():
+    assert "## Recorded runs" in DOC and "2026-12-03" in DOC and "--write" in DOC
+
+
+# -- over the fake NVML, read-only ----------------------------------------------------------
+
+def test_selftest_over_the_fake_nvml_is_read_only(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)          # no torch: split checks skipped
+    fake, dev = _nvml(monkeypatch)
+    report = run_selftest(dev, _fake_works(fake))
+    dev.close()
+    assert fake.gpu.setter_calls == []
+    v = report.to_dict()["verdicts"]
+    assert v["counter_period"] == v["counter_read_cost"] == v["ready_power"] == "pass"
+    assert v["sequential_composite"] == "pass"
+    assert v["sm_split_scaling"] == v["sm_partitions"] == "skipped"
+    assert "needs torch >= 2.9" in report.check("sm_split_scaling").detail
+    assert report.check("counter_period").value == pytest.approx(0.1, abs=0.005)
+    assert report.check("counter_read_cost").value == pytest.approx(0.004, rel=0.01)
+    assert report.check("ready_power").value == pytest.approx(123.0, rel=0.01)
+    # the fake card idles at the same power with or without a context: said, not passed
+    assert v["deep_idle_power"] == "warn" and report.ok
+
+
+def test_selftest_over_the_fake_nvml_with_green_contexts(monkeypatch):
+    torch = make_fake_torch()
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setattr(sm_alloc, "cuda_driver", make_fake_driver)
+    fake, dev = _nvml(monkeypatch)
+    report = run_selftest(dev, _fake_works(fake, torch))
+    dev.close()
+    assert fake.gpu.setter_calls == []
+    scaling = report.check("sm_split_scaling")
+    assert scaling.verdict == "pass", scaling.detail
+    assert [(p["requested"], p["granted"]) for p in scaling.data["points"]] == [(34, 40), (67, 72), (132, 132)]
+    parts = report.check("sm_partitions")
+    assert parts.verdict == "pass" and parts.data["disjoint"] is True
+    assert [p["granted"] for p in parts.data["partitions"]] == [64, 64]
+
+
+def test_overlapping_partitions_are_a_warning(monkeypatch):
+    torch = make_fake_torch()
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    fake, dev = _nvml(monkeypatch)
+    report = run_selftest(dev, _fake_works(fake, torch))
+    dev.close()
+    parts = report.check("sm_partitions")
+    assert parts.verdict == "warn" and parts.data["overlapping"] is True and "OVERLAPPING" in parts.detail
+
+
+def test_cli_over_the_fake_nvml_without_torch(monkeypatch, capsys, tmp_path):
+    monkeypatch.setitem(sys.modules, "torch", None)
+    fake, dev = _nvml(monkeypatch)
+    dev.close()
+    assert cli.main(["selftest", "--device", "nvml:0", "-o", str(tmp_path / "r.json")]) == 0
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["simulated"] is False and doc["device"]["uuid"] == fake.gpu.uuid
+    assert doc["verdicts"]["sequential_composite"] == "skipped"   # no work to run without torch
+    assert fake.gpu.setter_calls == []
+
+
+# -- verdict rules --------------------------------------------------------------------------
+
+def test_a_composite_off_its_prediction_fails(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)
+    fake, dev = _nvml(monkeypatch)
+    report = run_selftest(dev, _fake_works(fake, extra_j=0.05))     # 0.05 J more per composite
+    dev.close()
+    c = report.check("sequential_composite")
+    assert c.verdict == "fail" and c.value > 1.0 and not report.ok and report.verdict == "fail"
+
+
+def test_a_counter_that_never_ticks_fails(monkeypatch):
+    fake, dev = _nvml(monkeypatch, tick_s=5.0)
+    c = check_counter_period(dev)
+    dev.close()
+    assert c.verdict == "fail" and "did not advance" in c.detail
+
+
+def test_deep_idle_rules():
+    assert check_deep_idle(80.0, "model", 123.0, True).verdict == "pass"
+    near = check_deep_idle(121.0, "measured_before_context", 123.0, False)
+    assert near.verdict == "warn" and "no CUDA context" in near.detail
+    assert check_deep_idle(80.0, "model", None, True).verdict == "skipped"
+
+
+# -- one clear message for own code without a GPU ----------------------------------------------
+
+@pytest.mark.parametrize("device", ["sim", "nvml:0"])
+def test_own_code_without_a_gpu_says_what_works_instead_of_looping(device, tmp_path, monkeypatch, capsys):
+    (tmp_path / "mytrain_nogpu.py").write_text("CALLS = []\n\ndef make_step():\n"
+                                               "    CALLS.append(1)\n    return lambda: None\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "mytrain_nogpu", raising=False)
+    fake = make_fake_pynvml()
+    fake.gpu.fail["nvmlInit"] = fake.NVML_ERROR_LIBRARY_NOT_FOUND     # no driver on this host
+    install_fake_nvml(monkeypatch, fake)
+    rc = cli.main(["characterize", "mytrain_nogpu:make_step", "--device", device])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.count("\n") == 0
+    assert "mytrain_nogpu:make_step" in err and "without a GPU" in err
+    assert "Zeus logs" in err and "ecal characterize --list" in err and "ecal plan" in err
+    assert "--device sim" not in err                        # never sent back to the simulator
+    made = getattr(sys.modules.get("mytrain_nogpu"), "CALLS", [])
+    assert made == []                                         # refused before it was called
