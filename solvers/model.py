@@ -775,15 +775,17 @@ class _Index:
         out = []
         while v >= 0:
             out.append(v)
-            nxt = -1
-            u = self.dev_prev[v]
-            if u >= 0 and abs(end[u] + tau[v] - start[v]) <= tol and start[v] > 0:
-                nxt = u
-            else:
+            nxt, ready = -1, -math.inf
+            if start[v] > 0:
+                # Of the tight predecessors, the one that really binds (latest ready time; two
+                # ends a rounding error apart are not a tie); on an exact tie the device order,
+                # as frontier.dag_schedule breaks it, so σ_T follows the same chain.
+                u = self.dev_prev[v]
+                if u >= 0 and abs(end[u] + tau[v] - start[v]) <= tol:
+                    nxt, ready = u, end[u] + tau[v]
                 for u in self.preds[v]:
-                    if abs(end[u] - start[v]) <= tol and start[v] > 0:
-                        nxt = u
-                        break
+                    if abs(end[u] - start[v]) <= tol and end[u] > ready:
+                        nxt, ready = u, end[u]
             v = nxt
         return out
 

@@ -76,6 +76,26 @@ def test_issue_example_plan_sigma_equals_dag():
     assert _plan(flat, [0, 0]).sd_energy_j == pytest.approx(math.sqrt(10.0), rel=1e-12)   # 3.16 J
 
 
+def test_near_tie_follows_the_predecessor_that_binds():
+    """c waits for a (gpu0, ends at 0.3) and for b2 (gpu1, ends at 0.1 + 0.2 =
+    0.30000000000000004): b2 binds, by a rounding error. The plan's σ_T must follow the same
+    chain as frontier.dag_schedule (hypothesis found the two disagreeing: 0.62 vs 0.88)."""
+    def leaf(name, t, var_t):
+        return Signature(name, s_w=10.0, time_s=t, d_j=1.0, var_time_s2=var_t, var_energy_j2=0.1)
+
+    a, b1, b2, c = leaf("a", 0.3, 1e-6), leaf("b1", 0.1, 4e-4), leaf("b2", 0.2, 4e-4), leaf("c", 0.1, 1e-6)
+    p = Problem.build({"a": ("gpu0", [a]), "c": ("gpu0", [c]), "b1": ("gpu1", [b1]),
+                       "b2": ("gpu1", [b2])}, edges=[("b2", "c")],
+                      idle_power_w={"gpu0": 0.0, "gpu1": 0.0})
+    plan = _plan(p, [0, 0, 0, 0])
+    sch = dag_schedule({"a": a.with_(devices={"gpu0"}), "c": c.with_(devices={"gpu0"}),
+                        "b1": b1.with_(devices={"gpu1"}), "b2": b2.with_(devices={"gpu1"})},
+                       [("a", "c"), ("b1", "b2"), ("b2", "c")], idle_power_w={"gpu0": 0.0, "gpu1": 0.0})
+    assert sch.critical_path == ("b1", "b2", "c")
+    assert plan.sd_makespan_s == pytest.approx(sch.signature.sd_time_s, rel=1e-9)
+    assert plan.sd_makespan_s == pytest.approx(math.sqrt(4e-4 + 4e-4 + 1e-6), rel=1e-9)
+
+
 def test_issue_example_across_two_devices():
     """The same composites on two GPUs with a cross-device edge: send is still one leaf."""
     sa, sb = _issue_example()
