@@ -123,16 +123,23 @@ def wait_for_tick(device: Device, timeout_s: float = 1.0, poll_s: float = 0.0) -
                               "(is the counter supported on this GPU?)")
 
 
-def measure_ready_power_w(device: Device, protocol: Protocol = Protocol()) -> float:
-    """Ready (static) power at the current operating point: device idle with a context alive,
-    counter slope over tick-aligned windows (spec §10.1), W."""
+def ready_power_windows_w(device: Device, protocol: Protocol = Protocol()) -> list[float]:
+    """The energy counter's slope over each of ``protocol.ready_windows`` tick-aligned idle
+    windows, W (what :func:`measure_ready_power_w` averages; ``ecal selftest`` also reads their
+    spread)."""
     powers = []
     for _ in range(max(1, protocol.ready_windows)):
         t_a, e_a = wait_for_tick(device, protocol.tick_timeout_s, protocol.poll_s)
         device.idle(protocol.ready_window_s)
         t_b, e_b = wait_for_tick(device, protocol.tick_timeout_s, protocol.poll_s)
         powers.append((e_b - e_a) / (t_b - t_a))
-    return float(np.mean(powers))
+    return powers
+
+
+def measure_ready_power_w(device: Device, protocol: Protocol = Protocol()) -> float:
+    """Ready (static) power at the current operating point: device idle with a context alive,
+    counter slope over tick-aligned windows (spec §10.1), W."""
+    return float(np.mean(ready_power_windows_w(device, protocol)))
 
 
 #: Calls of a work that may take zero device time before the timed trial gives up on it (a

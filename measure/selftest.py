@@ -34,7 +34,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .device import Device, DeviceError, FeatureUnavailableError
-from .protocol import Protocol, measure_point, time_per_invocation_s, wait_for_tick
+from .protocol import (
+    Protocol,
+    measure_point,
+    ready_power_windows_w,
+    time_per_invocation_s,
+    wait_for_tick,
+)
 
 log = logging.getLogger(__name__)
 
@@ -210,17 +216,6 @@ def check_counter_read_cost(device: Device, protocol: Protocol = SELFTEST_PROTOC
                  {"read_cost_s": cost, "share_of_window": share, "reads": reads})
 
 
-def _slope_windows_w(device: Device, protocol: Protocol) -> list[float]:
-    """Counter slope over tick-aligned idle windows, W (as :func:`measure_ready_power_w`)."""
-    powers = []
-    for _ in range(max(1, protocol.ready_windows)):
-        t_a, e_a = wait_for_tick(device, protocol.tick_timeout_s, protocol.poll_s)
-        device.idle(protocol.ready_window_s)
-        t_b, e_b = wait_for_tick(device, protocol.tick_timeout_s, protocol.poll_s)
-        powers.append((e_b - e_a) / (t_b - t_a))
-    return powers
-
-
 def measure_deep_idle(device: Device, protocol: Protocol = SELFTEST_PROTOCOL) -> tuple[float, str]:
     """(deep-idle power W, source): the simulator's model value (``"model"``: it has no state
     without a context), else the idle slope measured now, before this process made a CUDA
@@ -228,14 +223,14 @@ def measure_deep_idle(device: Device, protocol: Protocol = SELFTEST_PROTOCOL) ->
     model = getattr(device, "deep_idle_power_w", None)
     if getattr(device, "simulated", False) and callable(model):
         return float(model()), "model"
-    return statistics.fmean(_slope_windows_w(device, protocol)), "measured_before_context"
+    return statistics.fmean(ready_power_windows_w(device, protocol)), "measured_before_context"
 
 
 def check_ready_power(device: Device, protocol: Protocol = SELFTEST_PROTOCOL) -> Check:
     """Ready power over ``protocol.ready_windows`` windows, W, and their relative spread."""
     assumption = "ready power is steady: its windows agree within 2 %"
     try:
-        powers = _slope_windows_w(device, protocol)
+        powers = ready_power_windows_w(device, protocol)
     except DeviceError as exc:
         return Check("ready_power", assumption, "fail", unit="W", detail=str(exc))
     mean = statistics.fmean(powers)

@@ -29,6 +29,7 @@ import pytest
 
 from ecal import cli
 from ecal.output import OutputPathError, Outputs, check_output_dir, check_output_path
+from tests.procs import alive, children
 
 ROOT = Path(__file__).resolve().parents[1]
 PIPE = str(ROOT / "ecal" / "examples" / "pipeline_4x8.csv")
@@ -337,28 +338,6 @@ def test_head_1_still_writes_the_files(tmp_path, rep):
 
 # -- signals --------------------------------------------------------------------------------------
 
-def _children(pid: int) -> list[tuple[int, str]]:
-    out = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{d}/stat").read_bytes()
-            if int(stat.rsplit(b")", 1)[1].split()[1]) == pid:
-                out.append((int(d), Path(f"/proc/{d}/cmdline").read_bytes().replace(b"\0", b" ").decode()))
-        except (OSError, ValueError, IndexError):
-            continue
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in (b"Z", b"X")
-
-
 def _default_signals() -> None:  # pragma: no cover - runs in the child before exec
     for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(s, signal.SIG_DFL if s != signal.SIGINT else signal.default_int_handler)
@@ -392,7 +371,7 @@ def test_interrupt_during_cbc_exits_130_kills_cbc_and_removes_its_files(tmp_path
     try:
         give_up = time.monotonic() + 240      # only a guard against a hang, not a speed check
         while p.poll() is None and time.monotonic() < give_up:
-            cbc = [c for c in _children(p.pid) if "cbc" in c[1]]
+            cbc = [c for c in children(p.pid) if "cbc" in c[1]]
             if cbc:
                 break
             time.sleep(0.02)
@@ -402,7 +381,7 @@ def test_interrupt_during_cbc_exits_130_kills_cbc_and_removes_its_files(tmp_path
         _, err = p.communicate(timeout=120)
         assert p.returncode == 130, err
         assert f"ecal: interrupted ({sig})" in err
-        assert not any(_alive(pid) for pid, _ in cbc), "CBC left running"
+        assert not any(alive(pid) for pid, _ in cbc), "CBC left running"
         assert list(tmp.iterdir()) == []               # no *-pulp.mps / .sol, no sandbox folder
         assert listing(work) == before
     finally:
@@ -410,7 +389,7 @@ def test_interrupt_during_cbc_exits_130_kills_cbc_and_removes_its_files(tmp_path
             p.kill()
             p.wait()
         for pid, _ in cbc:
-            if _alive(pid):
+            if alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from solvers import ConstantTransition, SolveOptions, load_perseus_profile, pareto, solve
 from solvers.options import PortfolioOptions, SearchSettings
-from tests.busy import BusyLoops
+from tests.procs import BusyLoops
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "ecal" / "examples" / "pipeline_4x8.csv"
 

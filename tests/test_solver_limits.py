@@ -34,7 +34,7 @@ from solvers.guarded import CHILD_TAG, ChildServer
 from solvers.hull_lp import HullLP
 from solvers.options import DEFAULT_MAX_TASKS, LimitOptions
 from solvers.pipeline import load_perseus_profile, one_f_one_b
-from tests.busy import BusyLoops
+from tests.procs import BusyLoops, alive, children
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "ecal" / "examples"
@@ -44,35 +44,9 @@ WORKLOAD = EXAMPLES / "workload_1f1b.json"
 
 # -- helpers ---------------------------------------------------------------------------------
 
-def _children(pid: int) -> list[tuple[int, str]]:
-    """(pid, command line) of the live children of ``pid`` (Linux /proc)."""
-    out = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat", "rb") as fh:
-                fields = fh.read().rsplit(b")", 1)[1].split()
-            if int(fields[1]) != pid or fields[0] == b"Z":
-                continue
-            with open(f"/proc/{d}/cmdline", "rb") as fh:
-                out.append((int(d), fh.read().replace(b"\0", b" ").decode(errors="replace")))
-        except (OSError, ValueError, IndexError):
-            continue
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except OSError:
-        return False
-
-
 def _solver_children() -> list[tuple[int, str]]:
     """This process's children that are solvers: the LP child, CBC, a HiGHS binary."""
-    return [(p, c) for p, c in _children(os.getpid())
+    return [(p, c) for p, c in children(os.getpid())
             if CHILD_TAG in c or "cbc" in c.lower() or "highs" in c.lower()]
 
 
@@ -208,13 +182,13 @@ def test_sigint_stops_an_800k_task_plan_with_the_limit_raised(tmp_path):
                  "--deadline", "1.05x", tmp=tmp_path)
     time.sleep(3.0)
     assert proc.poll() is None, proc.communicate()[1]
-    kids = [p for p, _ in _children(proc.pid)]
+    kids = [p for p, _ in children(proc.pid)]
     waited, err = _interrupt(proc, signal.SIGINT)
     assert proc.returncode == 130, err
     assert b"interrupted (SIGINT)" in err
     assert waited < 10.0                                   # measured 0.5-1.2 s
     time.sleep(0.5)
-    assert not [p for p in kids if _alive(p)]
+    assert not [p for p in kids if alive(p)]
     assert list(tmp_path.iterdir()) == []
 
 
@@ -226,7 +200,7 @@ def test_a_signal_during_the_hull_lp_kills_its_child_process(tmp_path, sig):
                  "--method", "fast", tmp=tmp_path)
     child, t0 = None, time.perf_counter()
     while child is None and proc.poll() is None and time.perf_counter() - t0 < 120:
-        child = next((p for p, c in _children(proc.pid) if CHILD_TAG in c), None)
+        child = next((p for p, c in children(proc.pid) if CHILD_TAG in c), None)
         time.sleep(0.05)
     assert child is not None, proc.communicate()[1]
     time.sleep(0.5)                                        # it is reading or solving the LP
@@ -235,7 +209,7 @@ def test_a_signal_during_the_hull_lp_kills_its_child_process(tmp_path, sig):
     assert f"interrupted ({signal.Signals(sig).name})".encode() in err
     assert waited < 10.0                                   # measured 0.3-0.5 s
     time.sleep(0.5)
-    assert not _alive(child)
+    assert not alive(child)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -251,7 +225,7 @@ def test_an_exception_raised_while_waiting_kills_the_child_and_a_later_call_rest
 
     with wall_net(0.0), pytest.raises(NetFired):
         there.solve(D * 1.1)
-    assert there._child.pid is None and not _alive(pid)
+    assert there._child.pid is None and not alive(pid)
     assert there.solve(D * 1.1).bound_j == here.solve(D * 1.1).bound_j     # a new child
     la = here.linprog(D, np.full(len(here.rows), 1e-4))
     lb = there.linprog(D, np.full(len(there.rows), 1e-4))
@@ -270,7 +244,7 @@ def test_a_child_reraises_the_methods_exception_and_lives_on():
         assert srv.pid == pid and srv.call("__len__") == 1
     finally:
         srv.close()
-    assert not _alive(pid)
+    assert not alive(pid)
 
 
 # -- the safety net bounds the whole call ----------------------------------------------------------
