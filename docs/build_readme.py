@@ -440,7 +440,7 @@ $ ecal run plan.json --workload ecal/examples/workload_1f1b.json
 | `ecal store import/export/list STORE` | that store: import and export signature files and results logs |
 | `ecal import KIND` / `ecal export zeus-pfo` | `h200`, `nv-dvfs`, `zeus-monitor`, `zeus-plo`, `perseus`, … / to Zeus |
 | `ecal transitions WORKLOAD` | measure the switch costs a workload's plan will pay |
-| `ecal demo` / `ecal selftest` / `ecal restore` | the closed loop on the simulator / check your GPU first / put back GPU settings |
+| `ecal demo` / `ecal selftest` / `ecal restore` / `ecal schema` | the closed loop on the simulator / check your GPU first / put back GPU settings / the file formats |
 
 WORKLOAD: a workload file, a Perseus profile CSV or a problem JSON; `--json` for scripts. Exit
 codes: `0` ok, `1` flagged or deadline missed, `2` bad input, `3` your work raised, `130` interrupted. In full: [docs/cli.md](docs/cli.md).
@@ -459,14 +459,14 @@ Independent libraries `frontier` (algebra), `solvers` (planning), `measure` (dev
 
 ## File formats
 
-| file | written by | format |
+| file | written by | format (all: `ecal schema`, [docs/formats.md](docs/formats.md)) |
 |---|---|---|
 | signatures (JSON) | `characterize -o`, `import`, `frontier -o` | [frontier/io.py](frontier/io.py) |
 | results log (JSON lines) | `characterize --results` | [measure/results_log.py](measure/results_log.py) |
 | campaign store (SQLite) | `campaign`, `store import` | [measure/store.py](measure/store.py), [docs/campaign.md](docs/campaign.md) |
 | workload (JSON) | you | [docs/workload.md](docs/workload.md) |
 | problem, plan (JSON) | `plan -o`, `demo` | [solvers/io.py](solvers/io.py), [solvers/plan.py](solvers/plan.py) |
-| schedule (per rank, in order) | `plan --schedule` | [ecal/schedule.py](ecal/schedule.py) |
+| schedule (per rank, in order) | `plan --schedule` | [measure/schedule.py](measure/schedule.py) |
 | transitions, interaction table | `measure_transitions`, `demo` | [frontier/transition.py](frontier/transition.py), [frontier/interaction_io.py](frontier/interaction_io.py) |
 
 ## Guarantees and limits
@@ -479,7 +479,7 @@ Independent libraries `frontier` (algebra), `solvers` (planning), `measure` (dev
   says `met` / `MISSED by X ms`, exit 1 on a miss (σ_T excludes thermal drift: see limits).
 - **Plans are honest** ([docs/certificates.md](docs/certificates.md)): the bound is its own;
   `optimal` only when proven; switches never free by accident; σ: k uses add k²·var.
-- **Limits**: not yet run on a real GPU ([simulator](docs/simulator.md)); simulated 1.05x plans still often end
+- **Limits**: a real H200 checked read-only only ([selftest](docs/selftest.md): a capped kernel beside low-power work runs faster than ⊗ says); simulated 1.05x plans still often end
   0.1–0.6 % late (thermal context); counters resolve ~1 %. In full: [docs/guarantees.md](docs/guarantees.md).
 
 ## Benchmark
@@ -775,7 +775,7 @@ the bundled examples).
 | `ecal store import/export/list STORE` | that store: import signature files and results logs (keyed, idempotent, all or nothing), export them, list what it holds ([campaign.md](campaign.md)) |
 | `ecal import KIND` / `ecal export zeus-pfo` | `h200`, `nv-dvfs`, `zeus-monitor`, `zeus-plo`, `perseus`, … / to Zeus |
 | `ecal transitions WORKLOAD` | measure the switch costs a workload's plan will pay |
-| `ecal demo` / `ecal selftest` / `ecal restore` | the closed loop on the simulator / check your GPU first / put back GPU settings |
+| `ecal demo` / `ecal selftest` / `ecal restore` / `ecal schema` | the closed loop on the simulator / check your GPU first / put back GPU settings / the file formats |
 
 A WORKLOAD is a workload file, a Perseus profile CSV or a problem JSON. Each command's output
 is another's input; `--json` for scripts; examples in `--help`. Exit codes: `0` ok; `1`
@@ -866,7 +866,7 @@ DP caps in a worker process (`SolveOptions.portfolio`) is off by default: it sav
 ![Energy vs deadline](pareto.png)
 
 `schedule.json` is what a training loop reads: per GPU, each task's start and its
-`sm_clock_mhz`/`power_limit_w`/`sm_count`, in execution order (format in `ecal/schedule.py`).
+`sm_clock_mhz`/`power_limit_w`/`sm_count`, in execution order (format in `measure/schedule.py`).
 `measure.PlanApplier` applies such a plan around each element's execution on a real or
 simulated device, counts the switches it makes and restores the device afterwards.
 

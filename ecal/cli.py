@@ -161,8 +161,14 @@ several works: ready power is calibrated once per operating point and shared; -o
     _add_json(p)
 
     p = sub.add_parser("compose", help="predict T and E (± σ, bias bound) of compositions",
-                       formatter_class=fmt, epilog="example:\n  ecal compose ecal/examples/attention_tp2.json")
-    p.add_argument("file", help="workbook: signatures + composition expressions")
+                       formatter_class=fmt, epilog="examples:\n  ecal compose ecal/examples/attention_tp2.json\n"
+                                                   "  ecal compose sigs.json --expr 'step={\"seq\": [\"a\", \"b\"]}'")
+    p.add_argument("file", help="workbook (signatures + compositions), or any signature file "
+                                "(ecal characterize / frontier -o) with --expr")
+    p.add_argument("--expr", action="append", default=[], metavar="NAME=EXPR",
+                   help="a composition to predict, its expression as JSON as in a workbook's "
+                        "compositions (e.g. step={\"seq\": [\"a\", \"b\"]}); repeatable; added "
+                        "to the file's own (default: none)")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level for the bias bound (c_α)")
     _add_json(p)
 
@@ -304,6 +310,10 @@ several works: ready power is calibrated once per operating point and shared; -o
 
     add_store_parser(sub, fmt)
 
+    from .cmd_schema import add_parser as add_schema_parser
+
+    add_schema_parser(sub)
+
     p = sub.add_parser("restore", formatter_class=fmt,
                        help="put back GPU settings a killed run left changed (reads the device journal)",
                        epilog="examples:\n  ecal restore\n  ecal restore --device nvml:0 --json")
@@ -396,13 +406,14 @@ def _run(argv: Sequence[str] | None) -> int:
     from frontier.errors import EnergyCalculusError, InternalError
 
     from . import commands
+    from .common import check_finite_floats
     from .output import show_warnings, silence
 
     show_warnings()
 
     handler = getattr(args, "handler", None) or getattr(commands, "cmd_" + args.command.replace("-", "_"))
     try:
-        commands.check_finite_floats(args)
+        check_finite_floats(args)
         code = int(handler(args) or 0)
         sys.stdout.flush()
         return code

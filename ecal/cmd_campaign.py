@@ -42,7 +42,7 @@ def cmd_campaign(args: argparse.Namespace) -> int:
 
     from measure.campaign import load_campaign, run_campaign
 
-    from .commands import UsageError
+    from .common import UsageError
 
     if not Path(args.file).exists():
         raise FileNotFoundError(2, "no such file", args.file)

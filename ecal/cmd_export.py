@@ -41,7 +41,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     """Run ``ecal export`` (see module doc)."""
     from measure.zeus import pfo_frequencies, pfo_json, pfo_text, read_plan_or_schedule
 
-    from .commands import Outputs, UsageError, _finish, check_outputs
+    from .common import UsageError, check_outputs, finish
+    from .output import Outputs
 
     check_outputs(args, "-o")
     out_path = str(args.output)
@@ -61,6 +62,6 @@ def cmd_export(args: argparse.Namespace) -> int:
         distinct = sorted({f for _, f in freqs}, reverse=True)
         lines.append(f"  {dev}: {len(freqs)} instructions at {', '.join(map(str, distinct[:6]))} MHz"
                      + (" ..." if len(distinct) > 6 else ""))
-    return _finish(args, out, lambda: {"ranks": list(sched.devices), "output": out_path,
+    return finish(args, out, lambda: {"ranks": list(sched.devices), "output": out_path,
                                        "warnings": list(sched.warnings),
                                        "schedule": pfo_json(sched)}, lambda: "\n".join(lines))

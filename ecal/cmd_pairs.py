@@ -234,9 +234,10 @@ def open_devices(spec: str, names: list[str], seed: int) -> dict[str, Any]:
 
     kind = spec.strip().lower()
     if kind not in ("sim", "sim:h200"):
-        raise DeviceError(f"--device {spec!r}: ecal check --pairs runs on the simulator for now "
-                          "(--device sim): same-device co-runs need run_parallel, which real GPUs "
-                          "get through green contexts in experiments/gpu_validate.py")
+        raise DeviceError(f"--device {spec!r}: ecal check --pairs runs the simulator's presets "
+                          "(--device sim); on a GPU, measure pairs of your own work with "
+                          "measure.joint.characterize_pairs over an NVMLDevice (its run_parallel; "
+                          "experiments/corun_splits_real.py is an example)")
     return {n: SimulatedGPU(seed=seed) for n in names}
 
 
@@ -269,7 +270,7 @@ def cmd_check_pairs(args: argparse.Namespace) -> int:
     some must be characterized jointly (bad input raises: the CLI's exit 2)."""
     from frontier.deviation import critical_value
 
-    from .commands import UsageError
+    from .common import UsageError
     from .output import dump_json
 
     critical_value(args.alpha)          # a bad --alpha is an error before any work

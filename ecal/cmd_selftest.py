@@ -37,7 +37,7 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     from frontier.io import write_json_atomic
     from measure.selftest import run_selftest
 
-    from .commands import UsageError
+    from .common import UsageError
     from .output import check_output_path
 
     if args.write:

@@ -144,7 +144,7 @@ def cmd_store(args: argparse.Namespace) -> int:
 def _check_store_path(path: str) -> None:
     from measure.store import STORE_SUFFIXES, is_store_path
 
-    from .commands import UsageError
+    from .common import UsageError
 
     if not is_store_path(path):
         raise UsageError(f"{path}: a store's name ends in {', '.join(STORE_SUFFIXES)} (so that "
@@ -193,7 +193,7 @@ def _given_fields(args: argparse.Namespace) -> dict[str, str]:
     """The key fields given by flags (``--protocol`` as the store's canonical JSON)."""
     from measure.store import protocol_key
 
-    from .commands import UsageError
+    from .common import UsageError
 
     given = {f: getattr(args, f) for f in FILL_FIELDS if getattr(args, f) is not None}
     for f, v in given.items():
@@ -215,10 +215,10 @@ def resolve_fields(point: Any, file: str, given: Mapping[str, str]) -> dict[str,
     """The key fields a :class:`~measure.store.FilePoint` is stored under: what its file
     records, a field it leaves ``"unknown"`` filled from ``given`` (the flags). A flag that
     contradicts what the file records, or a GPU model recorded nowhere, is a
-    :class:`~ecal.commands.UsageError` naming the file and the point."""
+    :class:`~ecal.common.UsageError` naming the file and the point."""
     from measure.store import model_matches
 
-    from .commands import UsageError
+    from .common import UsageError
 
     rec = point.recorded_key()
     out = {}
@@ -286,7 +286,7 @@ def _selection_text(args: argparse.Namespace) -> str:
 
 def _results_log_target(args: argparse.Namespace, rows: list) -> str:
     """The one element a results-log export writes (checked: one card, one protocol)."""
-    from .commands import UsageError
+    from .common import UsageError
 
     elements = sorted({r.key.element for r in rows})
     if len(elements) > 1:
@@ -324,7 +324,7 @@ def store_export(args: argparse.Namespace) -> int:
     """``ecal store export``: select, check, then write ``-o`` atomically (see module doc)."""
     from measure.store import export_signature_file, is_store_path
 
-    from .commands import UsageError, check_outputs
+    from .common import UsageError, check_outputs
     from .output import Outputs
 
     check_outputs(args, "-o")

@@ -35,10 +35,10 @@ def add_transitions_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_transitions(args: argparse.Namespace) -> int:
     """Measure the settle time of every switch between the workload's operating points."""
     import measure
+    from execution.workload import load_workload
 
-    from .commands import UsageError, _finish, check_outputs
+    from .common import UsageError, check_outputs, finish
     from .output import Outputs
-    from .workload import load_workload
 
     check_outputs(args, "-o")
     if args.repeats < 1:
@@ -77,4 +77,4 @@ def cmd_transitions(args: argparse.Namespace) -> int:
             f"  other switches by the fitted rule: {table.rule.describe() if table.rule else 'none'}",
             f"  use it: \"transitions\": {{\"file\": \"{rel}\"}} in {args.workload}"])
 
-    return _finish(args, out, doc, text)
+    return finish(args, out, doc, text)

@@ -9,90 +9,29 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from frontier.errors import InputError
-
+from .common import UsageError, check_outputs, element_of, finish
 from .output import (
     Outputs,
-    check_distinct,
-    check_image_path,
     check_output_dir,
     check_output_path,
     dump_json,
-    json_text,
     survive_broken_pipe,
 )
-
-
-class UsageError(InputError):
-    """A bad command-line value (reported as a one-line error, exit code 2)."""
-
-
-def _finish(args: argparse.Namespace, out: Outputs, doc: Callable[[], Any],
-            text: Callable[[], str]) -> int:
-    """Write the staged files (all or none), say where they went (stderr), then print the
-    result (``doc()`` as JSON with ``--json``, else ``text()``).
-
-    Files come first, so a reader that goes away early (``| head -1``) never costs a file."""
-    shown = json_text(doc()) if args.json else text()
-    for p in out.commit():
-        print(f"wrote {p}", file=sys.stderr)
-    print(shown)
-    sys.stdout.flush()    # a broken pipe surfaces here, after the files are safe
-    return 0
-
-
-def check_outputs(args: argparse.Namespace, *options: str, inputs: tuple[str, ...] = ()) -> None:
-    """Check the output paths given for ``options`` (e.g. ``"--plot"``) before any work; none
-    may name one of the ``inputs`` (``ecal frontier s.json -o s.json`` would replace the
-    measured points with the frontier's)."""
-    given = {}
-    for opt in options:
-        dest = "output" if opt == "-o" else opt.lstrip("-").replace("-", "_")
-        path = getattr(args, dest, None)
-        if path is not None:
-            (check_image_path if opt == "--plot" else check_output_path)(path, opt)
-            given[opt] = path
-            for src in inputs:
-                if src is not None and os.path.realpath(path) == os.path.realpath(src):
-                    raise UsageError(f"{opt} {path} is the input file: it would be replaced; "
-                                     "write to another file")
-    check_distinct(given)
-
-
-def check_finite_floats(args: argparse.Namespace) -> None:
-    """Every float option must be a finite number: ``--transition-time-s nan`` is an error,
-    not a value every comparison silently ignores."""
-    for dest, value in vars(args).items():
-        if isinstance(value, float) and not math.isfinite(value):
-            raise UsageError(f"--{dest.replace('_', '-')} must be a finite number, got {value}")
-
-
-def element_of(key: str) -> str:
-    """Element name of a signature-file key: ``gemm@1980MHz/700W`` → ``gemm``.
-
-    Characterization writes one signature per operating point under ``element@ω`` keys; every
-    point of one element shares the part before ``@``.
-    """
-    return key.split("@", 1)[0]
-
 
 # -- compose / check ---------------------------------------------------------------------------
 
 def cmd_compose(args: argparse.Namespace) -> int:
     """``ecal compose FILE``: predicted T and E ± σ and the Eq. 13 bias bound per composition."""
-    from frontier.io import load_workbook
-
-    wb = load_workbook(args.file)
+    wb = _workbook_with(args.file, getattr(args, "expr", []))
     if not wb.entries:
-        raise UsageError(f"{args.file}: has no compositions to predict; add a 'compositions' "
-                         "list of {name, expr} over its signatures (docs/cli.md, ecal compose)")
+        raise UsageError(f"{args.file}: has no compositions to predict; give one with --expr "
+                         "NAME=EXPR, or add a 'compositions' list of {name, expr} over its "
+                         "signatures (docs/cli.md, ecal compose)")
     if args.json:
         dump_json(wb.to_dict(alpha=args.alpha))
         return 0
@@ -101,6 +40,37 @@ def cmd_compose(args: argparse.Namespace) -> int:
     for line in wb.summary_lines(alpha=args.alpha):
         print(line)
     return 0
+
+
+def _workbook_with(file: str, exprs: list[str]) -> Any:
+    """The workbook ``file`` (a workbook or any signature file) with the compositions given
+    on the command line as ``NAME=EXPR`` (EXPR as JSON) appended to its own."""
+    import json
+
+    from frontier.io import load_workbook, parse_workbook, read_json
+
+    if not exprs:
+        return load_workbook(file)
+    doc = read_json(file)
+    added = []
+    for e in exprs:
+        name, eq, text = e.partition("=")
+        if not eq or not name.strip():
+            raise UsageError(f"--expr {e!r}: expected NAME=EXPR, e.g. step={{\"seq\": [\"a\", \"b\"]}}")
+        try:
+            expr = json.loads(text)
+        except json.JSONDecodeError:
+            expr = text.strip()            # a bare signature name
+        added.append({"name": name.strip(), "expr": expr})
+    if isinstance(doc, dict):
+        # A signature file with compositions is a workbook (read first as what it says it is).
+        from frontier.formats import KINDS
+
+        load_workbook(file)
+        doc = {**{k: v for k, v in doc.items() if k not in ("format", "schema_version", "version")},
+               "format": KINDS["workbook"].tag,
+               "compositions": [*doc.get("compositions", []), *added]}
+    return parse_workbook(doc, file)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -164,7 +134,7 @@ def cmd_frontier(args: argparse.Namespace) -> int:
             raise UsageError(f"{args.file}: has {len(fronts)} elements; pick one to plot with --element")
         el = next(iter(fronts))
         out.figure(args.plot, plot_frontier(groups[el], title=f"{el}: achievable set and frontier"))
-    return _finish(args, out, lambda: {el: f.to_dict() for el, f in fronts.items()},
+    return finish(args, out, lambda: {el: f.to_dict() for el, f in fronts.items()},
                    lambda: "\n".join(f"{el}: {len(f)} frontier point(s) of {len(groups[el])} measured "
                                      f"({args.criterion})\n{f.to_table()}" for el, f in fronts.items()))
 
@@ -198,8 +168,10 @@ def frontier_file_doc(fronts: dict[str, Any], groups: dict[str, list], criterion
     meta = {"frontier": {"criterion": criterion, "source": str(source),
                          "elements": {el: {"measured": len(groups[el]), "frontier": len(f)}
                                       for el, f in fronts.items()}}}
-    return {"schema_version": 1, "units": {"time": "s", "energy": "J", "power": "W"},
-            "signatures": sigs, "meta": meta}
+    from frontier.formats import KINDS, SI_UNITS
+
+    return {"format": KINDS["signatures"].tag, "units": dict(SI_UNITS), "signatures": sigs,
+            "meta": meta}
 
 
 # -- characterize ------------------------------------------------------------------------------
@@ -336,10 +308,10 @@ def cmd_characterize(args: argparse.Namespace) -> int:
             return _characterize_adaptive(args, device, grid, protocol, loaded, names, adaptive,
                                           None if args.json else _print_err)
         cache = measure.ReadyPowerCache()
-        results = [measure.characterize(work, device=device, grid=grid, results_path=rp,
-                                        protocol=protocol, progress=progress, name=name,
-                                        ready_cache=cache)
-                   for (_, work, _), name, rp in zip(loaded, names, results_paths)]
+        results = [_with_preset_work(measure.characterize(
+                       work, device=device, grid=grid, results_path=rp, protocol=protocol,
+                       progress=progress, name=name, ready_cache=cache), spec)
+                   for (spec, work, _), name, rp in zip(loaded, names, results_paths)]
         res = results[0]
         where = "simulated H200" if res.simulated else str(res.meta.get("device", args.device))
         out = Outputs()
@@ -372,9 +344,26 @@ def cmd_characterize(args: argparse.Namespace) -> int:
                                     "calibration_time_s": cache.calibration_time_s,
                                     "values_w": cache.values()}}
 
-        return _finish(args, out, doc, text)
+        return finish(args, out, doc, text)
     finally:
         device.close()      # releases the GPU's lock now, not in a finalizer a Ctrl-C can hit
+
+
+def _with_preset_work(res: Any, spec: str) -> Any:
+    """``res`` with each signature's ``meta["work"]`` naming the simulated preset it measured,
+    so a workload naming the element runs that preset whatever ``--name`` called it
+    (:meth:`execution.workload.Workload.works`). The user's own code is not recorded: a
+    workload says which ``module:factory`` to run."""
+    import dataclasses
+
+    from measure.sim import PRESETS
+
+    if spec not in PRESETS or res.element == spec:
+        # not renamed: the name is the preset (and the results log, which knows no preset,
+        # then holds the very same points as -o)
+        return res
+    sigs = tuple(s.with_(meta={**s.meta, "work": spec}) for s in res.signatures)
+    return dataclasses.replace(res, signatures=sigs)
 
 
 def _characterize_adaptive(args: argparse.Namespace, device: Any, grid: Any, protocol: Any,
@@ -386,12 +375,13 @@ def _characterize_adaptive(args: argparse.Namespace, device: Any, grid: Any, pro
     ``--results`` each element's measured points are journaled as they are measured (one file
     per element, as for sweeps) and a rerun resumes them."""
     import measure
+    from measure.adaptive import AdaptiveOptions
 
     journals = _results_paths(args.results, names)
-    results = [measure.characterize_adaptive(work, device, grid=grid, criterion=criterion,
-                                             target_rse=protocol.target_rse, protocol=protocol,
-                                             name=name, progress=progress, journal=rp,
-                                             plan_tol=getattr(args, "plan_tol", None))
+    opts = AdaptiveOptions(grid=grid, criterion=criterion, target_rse=protocol.target_rse,
+                           protocol=protocol, plan_tol=getattr(args, "plan_tol", None))
+    results = [measure.characterize_adaptive(work, device, opts, name=name, progress=progress,
+                                             journal=rp)
                for (_, work, _), name, rp in zip(loaded, names, journals)]
     out = Outputs()
     if args.output:
@@ -413,7 +403,7 @@ def _characterize_adaptive(args: argparse.Namespace, device: Any, grid: Any, pro
         return {"format": "energy-calculus/adaptive-characterization-campaign",
                 "elements": [r.to_dict() for r in results]}
 
-    return _finish(args, out, doc, text)
+    return finish(args, out, doc, text)
 
 
 def _print_err(line: str) -> None:
@@ -479,7 +469,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     lines += [f"  {el}: {len(sigs)} operating point(s)" for el, sigs in sorted(groups.items())[:20]]
     if len(groups) > 20:
         lines.append(f"  ... {len(groups) - 20} more")
-    return _finish(args, out, lambda: {"elements": {el: len(v) for el, v in groups.items()},
+    return finish(args, out, lambda: {"elements": {el: len(v) for el, v in groups.items()},
                                        "output": args.output}, lambda: "\n".join(lines))
 
 
@@ -538,12 +528,12 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def _load_workload(args: argparse.Namespace):
     """A Problem from a Perseus CSV (1F1B with the CLI's pipeline options), a workload file
-    (``ecal.workload/1``, :mod:`ecal.workload`) or a JSON problem."""
+    (``ecal.workload/1``, :mod:`execution.workload`) or a JSON problem."""
     return _read_workload(args)[0]
 
 
 def _read_workload(args: argparse.Namespace):
-    """(Problem, :class:`ecal.workload.Workload` or None) of ``args.workload``: dispatches on
+    """(Problem, :class:`execution.workload.Workload` or None) of ``args.workload``: dispatches on
     the file: ``.csv`` is a Perseus profile, JSON on its ``format`` / ``schema_version``."""
     from frontier.io import read_json
     from solvers.io import load_problem, problem_from_dict
@@ -568,13 +558,13 @@ def _read_workload(args: argparse.Namespace):
                             n_microbatches=8 if mb is None else mb, transitions=trans,
                             max_tasks=max_tasks), None
     doc = read_json(args.workload)
-    from .workload import is_workload, load_workload
+    from execution.workload import is_workload, load_workload
 
     if is_workload(doc):
         wl = load_workload(args.workload, microbatches=mb, idle_power_w=p2p, transitions=trans,
                            max_tasks=max_tasks)
         return wl.problem, wl
-    if isinstance(doc, dict) and "signatures" in doc and "schema_version" in doc and "tasks" not in doc:
+    if isinstance(doc, dict) and "signatures" in doc and "tasks" not in doc:
         raise UsageError(f"{args.workload}: is a signature file, not a workload: name it in a workload "
                          "file (\"format\": \"ecal.workload/1\", see docs/workload.md) and plan that")
     p = problem_from_dict(doc, args.workload, max_tasks=max_tasks)
@@ -613,13 +603,28 @@ def _check_time_limit(args: argparse.Namespace) -> None:
         raise UsageError(f"--time-limit-s must be a positive number of seconds, got {t}")
 
 
+def _workload_ref(args: argparse.Namespace) -> Any:
+    """What a plan file records of the workload file it was made from: the path as given and
+    the options that shaped its problem, so ``ecal run PLAN`` rebuilds the same problem."""
+    from execution.runnable import WorkloadRef
+
+    return WorkloadRef.of(args.workload, microbatches=getattr(args, "microbatches", None),
+                          idle_power_w=getattr(args, "p2p_power_w", None),
+                          transition_time_s=float(args.transition_time_s),
+                          transition_energy_j=float(args.transition_energy_j))
+
+
 def _plan_outputs(args: argparse.Namespace, out: Any, plan: Any, problem: Any, workload: Any) -> None:
     """Queue ``-o`` (the plan) and ``--schedule`` (per-rank schedule, with what a workload
-    file adds: ranks, ready power) for ``ecal plan`` and ``ecal pareto --plan-at``."""
+    file adds: ranks, ready power) for ``ecal plan`` and ``ecal pareto --plan-at``. A plan
+    made from a workload file records it (:class:`execution.runnable.WorkloadRef`)."""
+    from execution.runnable import plan_with_workload
+
     if args.output:
-        out.json(args.output, plan.to_dict())
+        out.json(args.output, plan.to_dict() if workload is None else
+                 plan_with_workload(plan, _workload_ref(args)))
     if args.schedule:
-        from .schedule import stage_schedule
+        from execution.schedule import stage_schedule
 
         wl_info = {} if workload is None else {"ranks": workload.ranks, "simulated": workload.simulated,
                                                 "ready_power_w": workload.ready_power_w}
@@ -655,7 +660,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         from solvers.plot import plot_timeline
 
         out.custom(args.plot, lambda tmp: plot_timeline(plan, tmp))
-    return _finish(args, out, plan.to_dict, plan.summary)
+    return finish(args, out, plan.to_dict, plan.summary)
 
 
 def _confidence(args: argparse.Namespace) -> float:
@@ -745,7 +750,7 @@ def cmd_pareto(args: argparse.Namespace) -> int:
 
         if args.output:
             out.json(args.output, doc())
-        return _finish(args, out, doc, text)
+        return finish(args, out, doc, text)
     from solvers.confidence import keep_deadline
 
     try:
@@ -762,7 +767,7 @@ def cmd_pareto(args: argparse.Namespace) -> int:
         raise UsageError(f"{curve_file or 'curve'}: {exc}") from None
     plan = _with_assumptions(plan, problem, workload, args.workload)
     _plan_outputs(args, out, plan, problem, workload)
-    return _finish(args, out, plan.to_dict, plan.summary)
+    return finish(args, out, plan.to_dict, plan.summary)
 
 
 # -- restore -----------------------------------------------------------------------------------

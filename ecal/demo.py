@@ -8,7 +8,7 @@
 3. **Plan 1**: the synchronous 1F1B step (4 stages × 8 microbatches, one GPU per stage) for a
    deadline 5 % above the fastest makespan, a flat cost per switch of ω_dev, bubbles charged
    at the top-clock ready power.
-4. **Run plan 1** on one simulated H200 per stage (``measure.execute.run_plan``) and hold it
+4. **Run plan 1** on one simulated H200 per stage (``execution.run.run_plan``) and hold it
    against Eq. 23; **localize** what deviates from the per-task windows (switch latencies paid
    against planned; each chosen co-run by the runtime-context test of spec §4.1; the ready
    power in the waits); **characterize** that: the switch latencies (a measured transition
@@ -28,12 +28,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from execution.baselines import all_max_plan, baselines_to_dict
+from execution.localize import (
+    Round,
+    characterize_jointly,
+    localize,
+    measure_ready_powers,
+    planned_bubble_power,
+)
+from execution.pipeline import SM_TOTAL, compute_sms, pipeline_work, stage_kernels
+from execution.run import run_plan
+from execution.runnable import runnable_plan_dict
+from execution.savings import run_with_baselines
+from execution.schedule import stage_schedule
+from execution.work import work_table_to_dict
 from frontier import OperatingPoint, Signature
 from frontier.pareto import Frontier, pareto_frontier
+from measure.sim import SimKernel
+from solvers.plan import Plan
 
-SM_TOTAL = 132
-#: The H200 grants SMs in steps of this (a green-context request is rounded up).
-SM_GRANULARITY = 8
 N_STAGES = 4
 N_MICROBATCHES = 8
 #: Relative sizes of the stages: real pipelines are imbalanced (embedding / head stages).
@@ -45,11 +58,6 @@ COMM_SMS = (8, 16, 32)
 TRANSITION_TIME_S = 0.002
 
 
-def compute_sms(k: int) -> int:
-    """SMs of the compute side beside a send on ``k`` SMs: the most the device grants (a
-    multiple of :data:`SM_GRANULARITY`) that fits beside it. 132 − k is never one (132 is not
-    a multiple of 8), and a request for it would run as more SMs than are left."""
-    return (SM_TOTAL - int(k)) // SM_GRANULARITY * SM_GRANULARITY
 SIMULATED = "SIMULATED H200 (physics model calibrated to a real H200; not a measurement)"
 
 
@@ -113,16 +121,14 @@ class DemoResult:
         return 1.0 - self.plan.energy_j / other.energy_j
 
 
-def _stage_kernels(cfg: DemoConfig) -> dict[tuple[int, str], Any]:
-    from measure.sim import PRESETS
+def _stage_kernels(cfg: DemoConfig) -> dict[tuple[int, str], SimKernel]:
+    """The demo's stage kernels (:func:`execution.pipeline.stage_kernels` of its stages)."""
+    return stage_kernels(cfg.stage_sizes[: cfg.n_stages])
 
-    out = {}
-    for s, size in enumerate(cfg.stage_sizes[: cfg.n_stages]):
-        for inst in ("forward", "backward"):
-            base = PRESETS[f"stage_{inst}"]
-            out[(s, inst)] = dataclasses.replace(base, name=f"s{s}_{inst}", flops=base.flops * size,
-                                                 bytes=base.bytes * size)
-    return out
+
+def _element_kernels(cfg: DemoConfig) -> dict[str, SimKernel]:
+    """The stage kernels by element name (``s0_forward``, ...)."""
+    return {f"s{s}_{i}": k for (s, i), k in _stage_kernels(cfg).items()}
 
 
 def _grid(cfg: DemoConfig, sms: Sequence[int]) -> str:
@@ -224,19 +230,6 @@ def _problem(cfg: DemoConfig, opts: Mapping[tuple[int, str], list[Any]], idle_w:
                        name=f"1F1B {cfg.n_stages}x{cfg.n_microbatches} (simulated H200){name}")
 
 
-def _all_max(problem: Any, deadline_s: float) -> Any:
-    """Every task at the top clock and power limit, with its fastest SM split."""
-    from solvers.plan import make_plan
-
-    choice = []
-    top = max(o.omega.dev for t in problem.tasks for o in t.options)
-    for t in problem.tasks:
-        cands = [j for j, o in enumerate(t.options) if o.omega.dev == top]
-        choice.append(min(cands, key=lambda j: (t.options[j].time_s, t.options[j].energy_j)))
-    return make_plan(problem, choice, deadline_s, method="baseline: all max clock", lower_bound_j=0.0,
-                     wall_s=0.0)
-
-
 def _best_single(cfg: DemoConfig, opts: Mapping[tuple[int, str], list[Any]],
                  idle_w: Callable[[OperatingPoint], Any], transitions: Any, deadline_s: float
                  ) -> tuple[Any, Any, OperatingPoint]:
@@ -260,190 +253,6 @@ def _best_single(cfg: DemoConfig, opts: Mapping[tuple[int, str], list[Any]],
 
 # -- closing the loop: run, localize, characterize, plan again ------------------------------
 
-@dataclass(frozen=True)
-class Round:
-    """One plan of the loop: the problem it was made for, the plan, and its execution."""
-
-    name: str
-    problem: Any
-    plan: Any
-    execution: Any
-
-    @property
-    def flagged(self) -> bool:
-        """Eq. 23 flags the step (T or E)."""
-        return bool(self.execution.flagged)
-
-
-@dataclass(frozen=True)
-class TaskCheck:
-    """One chosen (task kind, option) of a plan held against its per-task windows (all
-    microbatches and measured steps; the simulator's per-task truth): the runtime-context
-    test of its compute ∥ send (``frontier.insensitivity.ContextTest``)."""
-
-    kind: str
-    element: str
-    option: int
-    label: str
-    n_runs: int
-    test: Any
-
-    @property
-    def deviation(self) -> Any:
-        """The Eq. 23 part of the test (errors, z, noise band)."""
-        return self.test.deviation
-
-    @property
-    def flagged(self) -> bool:
-        """The co-run deviates beyond its noise band plus its Eq. 13 allowance (T or E)."""
-        return not self.test.insensitive
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return {"kind": self.kind, "element": self.element, "option": self.option,
-                "label": self.label, "n_runs": self.n_runs, "flagged": self.flagged,
-                "test": self.test.to_dict()}
-
-
-@dataclass(frozen=True)
-class Localization:
-    """What a flagged execution is traced to: switch settle times paid against planned (per
-    device: switches, paid s, planned s), each chosen co-run against its option (Eq. 23,
-    Bonferroni over them), and the bubble power (per device: the idle power the problem
-    charged, the time-weighted ready power at the ω_dev in force during the measured waits,
-    and the mean idle time per step)."""
-
-    switches: Mapping[str, tuple[int, float, float]]
-    tasks: tuple[TaskCheck, ...]
-    idle: Mapping[str, tuple[float, float, float]]
-
-    @property
-    def flagged_tasks(self) -> tuple[TaskCheck, ...]:
-        """The co-runs whose measurement deviates beyond σ."""
-        return tuple(t for t in self.tasks if t.flagged)
-
-    @property
-    def flagged_elements(self) -> tuple[str, ...]:
-        """Compute elements whose co-run with the send deviates (the pairs to measure jointly)."""
-        return tuple(sorted({t.element for t in self.flagged_tasks}))
-
-    @property
-    def switch_paid_s(self) -> float:
-        """Settle time paid per step, all devices."""
-        return sum(v[1] for v in self.switches.values())
-
-    @property
-    def switch_planned_s(self) -> float:
-        """Settle time the plan charged per step, all devices."""
-        return sum(v[2] for v in self.switches.values())
-
-    @property
-    def n_switches(self) -> int:
-        """Switches per step, all devices."""
-        return sum(v[0] for v in self.switches.values())
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return {"switches": {d: {"n": n, "paid_s": a, "planned_s": b} for d, (n, a, b) in self.switches.items()},
-                "tasks": [t.to_dict() for t in self.tasks],
-                "flagged_elements": list(self.flagged_elements),
-                "idle": {d: {"charged_w": a, "bubble_w": b, "idle_s": c} for d, (a, b, c) in self.idle.items()}}
-
-
-def measure_ready_powers(omegas: Sequence[OperatingPoint], seed: int) -> dict[OperatingPoint, float]:
-    """Ready power at each ω_dev on a simulated H200 (tick-aligned, one window each): what a
-    GPU waiting in a pipeline bubble draws at the ω_dev in force."""
-    import measure
-    from measure.protocol import measure_ready_power_w
-
-    dev = measure.SimulatedGPU(seed=seed)
-    out = {}
-    with measure.restoring(dev):
-        for o in omegas:
-            dev.set_operating_point(o)
-            out[o.dev] = measure_ready_power_w(dev, measure.Protocol(ready_windows=1))
-    return out
-
-
-def localize(rnd: Round, sigs: Mapping[str, Sequence[Signature]], ready_w: Mapping[OperatingPoint, float],
-             alpha: float = 0.05) -> Localization:
-    """Trace a round's execution to switches, co-runs and bubbles (see :class:`Localization`).
-
-    Each chosen (task kind, option) is the runtime-context test of spec §4.1
-    (``frontier.insensitivity.runtime_test``): its co-runs measured in the plan's execution (the
-    simulator's per-task windows, every microbatch and step) against compute ⊕ send of the
-    elements characterized alone, judged against the noise band plus the Eq. 13 allowance."""
-    from frontier.insensitivity import runtime_test
-
-    ex, problem = rnd.execution, rnd.problem
-    switches = {d: (len(v), float(sum(v)), float(ex.planned_switch_s.get(d, 0.0)))
-                for d, v in ex.switches_s.items()}
-    groups: dict[tuple[str, int], list[Any]] = {}
-    for r in ex.tasks:
-        groups.setdefault((r.name.rsplit("/", 1)[0], r.option), []).append(r)
-    opts = {t.name.rsplit("/", 1)[0]: t.options for t in problem.tasks}
-    comm = {(s.omega.dev, s.omega.sm_count): s for s in sigs["p2p_send"]}
-    checks = []
-    for (kind, j), runs in sorted(groups.items()):
-        o = opts[kind][j]
-        stage, inst = kind.split("/")
-        element = f"{stage}_{inst}"
-        k = int(o.omega.sm_count)
-        compute = next(c for c in sigs[element]
-                       if c.omega.dev == o.omega.dev and c.omega.sm_count == compute_sms(k))
-        meas = Signature.from_runs(kind, [r.time_s for r in runs], [r.true_energy_j for r in runs],
-                                   s_w=o.s_w)
-        test = runtime_test(compute, comm[(o.omega.dev, k)], meas, alpha=alpha, n_tests=len(groups),
-                            sm_total=SM_TOTAL, name=f"{kind} {o.label}")
-        checks.append(TaskCheck(kind, element, j, o.label, len(runs), test))
-    ops = {t.name: t.options for t in problem.tasks}
-    idle = {}
-    for d in ex.switches_s:
-        w_s = e_j = 0.0
-        for r in ex.tasks:
-            if r.device == d and r.wait_s > 0:
-                w_s += r.wait_s
-                e_j += r.wait_s * ready_w[ops[r.name][r.option].omega.dev]
-        for w in ex.windows:
-            if w.device != d:
-                continue
-            last = max((r for r in ex.tasks if r.device == d and r.step == w.step), key=lambda r: r.end_s)
-            tail = w.makespan_s - w.finish_s
-            w_s += tail
-            e_j += tail * ready_w[ops[last.name][last.option].omega.dev]
-        n = max(ex.n_steps, 1)
-        charged = float(problem.index.power[d])
-        idle[d] = (charged, e_j / w_s if w_s > 0 else charged, w_s / n)
-    return Localization(switches, tuple(checks), idle)
-
-
-def planned_bubble_power(plan: Any, problem: Any, ready_w: Mapping[OperatingPoint, float]) -> dict[str, float]:
-    """Per device: the time-weighted ready power over the plan's own idle intervals (a wait
-    before a task is spent at that task's ω_dev, after its switch; the tail at the last
-    task's) — what its bubbles cost at the measured ready powers. A device without idle time
-    keeps the problem's idle power."""
-    ix = problem.index
-    choice = _choice(plan, problem)
-    start, end, mk = ix.schedule(choice)
-    tau = ix.switch_tau(choice)
-    out = {}
-    for d in ix.devices:
-        seq = ix.dev_seq.get(d, [])
-        w_s = e_j = 0.0
-        prev_end = 0.0
-        for i in seq:
-            gap = max(float(start[i]) - prev_end - float(tau[i]), 0.0)
-            w_s += gap
-            e_j += gap * ready_w[problem.tasks[i].options[choice[i]].omega.dev]
-            prev_end = float(end[i])
-        if seq:
-            tail = max(mk - prev_end, 0.0)
-            w_s += tail
-            e_j += tail * ready_w[problem.tasks[seq[-1]].options[choice[seq[-1]]].omega.dev]
-        out[d] = e_j / w_s if w_s > 0 else float(ix.power[d])
-    return out
-
-
 def joint_points(comps: Mapping[tuple[int, str], Sequence[Signature]], elements: Sequence[str],
                  chosen: Sequence[tuple[str, OperatingPoint, int]] = ()
                  ) -> dict[str, list[tuple[OperatingPoint, int]]]:
@@ -463,39 +272,12 @@ def joint_points(comps: Mapping[tuple[int, str], Sequence[Signature]], elements:
     return out
 
 
-def characterize_jointly(cfg: DemoConfig, points: Mapping[str, Sequence[tuple[OperatingPoint, int]]],
-                         context_temp_c: Mapping[str, float] | None = None) -> Any:
-    """The interaction table of each element ∥ p2p_send at the given (ω_dev, send SMs k),
-    measured together on a simulated H200 (``measure.joint.characterize_pairs``) with the
-    protocol the elements were characterized with — in context when ``context_temp_c`` gives
-    an element the die temperature its device held in the run (pre-heated to it: a tight
-    power cap throttles harder on a hot die)."""
-    import measure
-    from frontier.interaction import InteractionTable
-    from measure.joint import JointPair, characterize_pairs
-
-    desc = "stage compute || p2p send, simulated H200 (SIMULATED)"
-    table = InteractionTable(description=desc)
-    kernels = {f"s{s}_{i}": k for (s, i), k in _stage_kernels(cfg).items()}
-    send = measure.PRESETS["p2p_send"]
-    dev = measure.SimulatedGPU(seed=cfg.seed)
-    for e, pts in points.items():
-        for omega, k in pts:
-            grid = ",".join(f"{knob}={v:g}" for knob, v in omega.dev.to_dict().items() if v is not None)
-            pair = JointPair(e, kernels[e], "p2p_send", send, ((compute_sms(k), k),))
-            temp = (context_temp_c or {}).get(e)
-            proto = measure.Protocol(context_temp_c=temp)
-            table = table.merged(characterize_pairs(dev, [pair], grid, proto, progress=None))
-    return table
-
-
 def run_demo(cfg: DemoConfig = DemoConfig(), progress: Callable[[str], None] | None = None) -> DemoResult:
     """Characterize, compose and plan (round 1); run the plan and hold it against Eq. 23;
     localize what deviates; characterize that (switch latencies, bubble power, the deviating
     compute ∥ send pairs jointly); plan again (round 2) and run it with its baselines."""
     import measure
     from frontier.interaction import record_of
-    from measure.execute import pipeline_work, run_plan, run_with_baselines
     from solvers import pareto, solve
 
     def say(msg: str) -> None:
@@ -542,8 +324,9 @@ def run_demo(cfg: DemoConfig = DemoConfig(), progress: Callable[[str], None] | N
         temps = [v for t, v in task_temps.items() if t.startswith(f"s{s}/{i}/")]
         if temps:
             in_context[f"s{s}_{i}"] = sum(temps) / len(temps)
-    table = characterize_jointly(cfg, joint_points(task_composites(cfg, sigs), elements, chosen),
-                                 in_context)
+    table = characterize_jointly(_element_kernels(cfg),
+                                 joint_points(task_composites(cfg, sigs), elements, chosen),
+                                 seed=cfg.seed, context_temp_c=in_context)
     idle1 = {d: v[1] for d, v in loc.idle.items()}
     clock.lap("localize + characterize")
 
@@ -572,7 +355,8 @@ def run_demo(cfg: DemoConfig = DemoConfig(), progress: Callable[[str], None] | N
         if not extra:
             break
         say(f"round 2: measuring {sum(len(v) for v in extra.values())} chosen co-run(s) jointly ...")
-        table = table.merged(characterize_jointly(cfg, extra, in_context))
+        table = table.merged(characterize_jointly(_element_kernels(cfg), extra, seed=cfg.seed,
+                                                  context_temp_c=in_context))
         comps, problem2, idle2, deadline2, plan2 = plan_round2(table)
     record = record_of(comps)
     opts2 = options_of(comps)
@@ -581,7 +365,7 @@ def run_demo(cfg: DemoConfig = DemoConfig(), progress: Callable[[str], None] | N
     top = max(omegas)
     max_problem = problem2.with_(idle_power_w={d: ready_w[top] for d in idle2},
                                  name=f"{problem2.name} all-max")
-    all_max = _all_max(max_problem, deadline2)
+    all_max = all_max_plan(max_problem, deadline2)
     best, best_sub, best_omega = _best_single(cfg, opts2, lambda o: ready_w[o], transitions, deadline2)
     clock.lap("baselines")
     say("round 2: running the plan and its baselines on simulated H200s ...")
@@ -803,14 +587,11 @@ OUTPUT_FILES = ("plan.json", "problem.json", "work.json", "plan_round1.json", "p
                 "execution_round1.json", "transitions.json", "interaction.json", "schedule.json",
                 "pareto.json", "signatures.json", "report.txt", "frontiers.png", "timeline.png",
                 "pareto.png")
-BASELINES_FORMAT = "energy-calculus/baselines"
 
 
-def _runnable(plan: Any, problem_file: str, work_file: str, **extra: Any) -> dict[str, Any]:
-    """A plan file ``ecal run`` can execute: the plan, and where its workload is (paths
-    relative to the plan file)."""
-    return {**plan.to_dict(), "simulated": SIMULATED,
-            "workload": {"problem": problem_file, "work": work_file, **extra}}
+def _runnable(plan: Plan, problem_file: str, work_file: str, **extra: str) -> dict[str, Any]:
+    """A plan file ``ecal run`` can execute (:func:`execution.runnable.runnable_plan_dict`)."""
+    return runnable_plan_dict(plan, problem_file, work_file, simulated=SIMULATED, **extra)
 
 
 def demo_json(r: DemoResult) -> dict[str, Any]:
@@ -833,18 +614,16 @@ def write_demo(r: DemoResult, out_dir: str | Path) -> list[Path]:
     from frontier.interaction_io import save_interaction_table
     from frontier.io import save_signatures
     from frontier.plot import plot_compositions
-    from measure.execute import pipeline_work, work_to_dict
     from solvers.io import problem_to_dict
     from solvers.plot import plot_pareto, plot_timeline
 
     from .output import Outputs
-    from .schedule import stage_schedule
 
     d = Path(out_dir)
     out = Outputs()
     out.json(d / "plan.json", _runnable(r.plan, "problem.json", "work.json", baselines="baselines.json"))
     out.json(d / "problem.json", problem_to_dict(r.problem))
-    out.json(d / "work.json", work_to_dict(r.work))
+    out.json(d / "work.json", work_table_to_dict(r.work))
     if r.first is not None:
         out.json(d / "plan_round1.json", _runnable(r.first.plan, "problem_round1.json", "work.json"))
         out.json(d / "problem_round1.json", problem_to_dict(r.first.problem))
@@ -862,9 +641,8 @@ def write_demo(r: DemoResult, out_dir: str | Path) -> list[Path]:
         import measure
 
         out.json(d / "work_best_single.json",
-                 work_to_dict(pipeline_work(r.best_single_problem, kernels, measure.PRESETS["p2p_send"])))
-    out.json(d / "baselines.json", {"format": BASELINES_FORMAT, "version": 1, "simulated": SIMULATED,
-                                    "baselines": base})
+                 work_table_to_dict(pipeline_work(r.best_single_problem, kernels, measure.PRESETS["p2p_send"])))
+    out.json(d / "baselines.json", baselines_to_dict(base, simulated=SIMULATED))
     if r.comparison is not None:
         out.json(d / "execution.json", r.comparison.to_dict())
     if r.transitions is not None:

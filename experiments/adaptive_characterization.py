@@ -52,6 +52,7 @@ from frontier.pareto import pareto_frontier  # noqa: E402
 from frontier.signature import Signature  # noqa: E402
 from measure.adaptive import (  # noqa: E402
     COORDS,
+    AdaptiveOptions,
     AdaptiveResult,
     characterize_adaptive,
     fastest_points,
@@ -323,9 +324,10 @@ def run_sim(elements: Sequence[str], protocol: Protocol, k_sigma: float, rel_tol
     for el in elements:
         full, full_s = full_sweep(SimulatedGPU(seed=0), preset(el), el, grid, protocol)
         truth, _ = full_sweep(SimulatedGPU(seed=1), preset(el), el, grid, protocol)
-        ad = characterize_adaptive(preset(el), SimulatedGPU(seed=0), grid=grid, criterion=criterion,  # type: ignore[arg-type]
-                                   target_rse=protocol.target_rse, protocol=protocol, name=el,
-                                   k_sigma=k_sigma, rel_tol=rel_tol, plan_tol=plan_tol)
+        opts = AdaptiveOptions(grid=grid, criterion=criterion,  # type: ignore[arg-type]
+                               target_rse=protocol.target_rse, protocol=protocol,
+                               k_sigma=k_sigma, rel_tol=rel_tol, plan_tol=plan_tol)
+        ad = characterize_adaptive(preset(el), SimulatedGPU(seed=0), opts, name=el)
         r = ElementRun("H200 (simulated)", el, full, full_s, ad, truth,
                        expected=expected_values(el, full))
         check(r, k_sigma)
@@ -351,10 +353,10 @@ def run_card(card: str, protocol: Protocol, k_sigma: float, rel_tol: float | Non
         one = {name: sigs[name]}
         grid = {"sm_clock_mhz": sorted({s.omega.sm_clock_mhz for s in sigs[name]}, reverse=True)}
         full, full_s = full_sweep(ReplayDevice(one, name=card), name, name, grid, protocol)
-        ad = characterize_adaptive(name, ReplayDevice(one, name=card), grid=grid,
-                                   target_rse=protocol.target_rse, protocol=protocol, name=name,
-                                   k_sigma=k_sigma, rel_tol=rel_tol, rse_floor=rse_floor,
-                                   plan_tol=plan_tol)
+        opts = AdaptiveOptions(grid=grid, target_rse=protocol.target_rse, protocol=protocol,
+                               k_sigma=k_sigma, rel_tol=rel_tol, rse_floor=rse_floor,
+                               plan_tol=plan_tol)
+        ad = characterize_adaptive(name, ReplayDevice(one, name=card), opts, name=name)
         r = ElementRun(f"{card} (NV-DVFS, replayed)", name.split("/")[0], full, full_s, ad)
         check(r, k_sigma, floor=rse_floor)
         runs.append(r)
@@ -599,10 +601,11 @@ def run(quick: bool = False, k_sigma: float = 2.0, rel_tol: float | None = None,
         res["chains"][g] = chain(runs, g)
     if not quick:
         for pt in tradeoff:
+            opts = AdaptiveOptions(grid=SIM_GRID, protocol=proto, target_rse=target_rse,
+                                   k_sigma=k_sigma, rel_tol=rel_tol, plan_tol=pt)
             runs = [ElementRun(r.device, r.element, r.full, r.full_gpu_s, characterize_adaptive(
-                preset(r.element), SimulatedGPU(seed=0), grid=SIM_GRID, protocol=proto,
-                target_rse=target_rse, name=r.element, k_sigma=k_sigma, rel_tol=rel_tol,
-                plan_tol=pt), r.truth, expected=r.expected)
+                preset(r.element), SimulatedGPU(seed=0), opts, name=r.element), r.truth,
+                expected=r.expected)
                 for r in groups["H200 (simulated)"]]
             for r in runs:
                 check(r, k_sigma)

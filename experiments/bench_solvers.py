@@ -35,7 +35,7 @@ from solvers import ConstantTransition, load_perseus_profile, pareto, solve  # n
 from solvers.dp import chain_order  # noqa: E402
 from solvers.feasibility import meets_deadline  # noqa: E402
 from solvers.model import Problem  # noqa: E402
-from solvers.pipeline import read_perseus_csv  # noqa: E402
+from solvers.perseus import read_perseus_profile  # noqa: E402
 
 P2P_W = 75.0
 UNIT_S = 1e-3
@@ -71,7 +71,7 @@ def run_lowtime(p: Problem, csv_path: Path):
 
     ix = p.index
     t0 = time.perf_counter()
-    prof = read_perseus_csv(csv_path, P2P_W)
+    prof = read_perseus_profile(csv_path, P2P_W)
     specs = {}
     for key, opts in prof.items():
         eo = []
@@ -147,7 +147,7 @@ def idle_priced_switch(tau_s: float) -> ConstantTransition:
 
 def chain_problem(n: int, tau_s: float, csv_path: Path) -> Problem:
     """A chain of n tasks alternating stage-0 forward/backward options on one GPU."""
-    prof = read_perseus_csv(csv_path, P2P_W)
+    prof = read_perseus_profile(csv_path, P2P_W)
     tasks = [(f"t{i}", "gpu0", prof[(0, "forward" if i % 2 == 0 else "backward")]) for i in range(n)]
     return Problem.build(tasks, [(f"t{i}", f"t{i + 1}") for i in range(n - 1)], {"gpu0": P2P_W},
                          idle_priced_switch(tau_s), name=f"chain-{n}x60")

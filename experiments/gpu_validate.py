@@ -159,45 +159,18 @@ class TorchBackend:
             work()
         return run
 
-    def _streams(self, sms: list[int | None]) -> list[Any]:
-        """One stream per branch: on the whole device for ``None``; partitions of one split of
-        the device when every branch names its SMs (``measure.sm_alloc.split_sms``: disjoint
-        through cuda-python, else overlapping contexts, recorded in ``self.partitions``)."""
-        torch = self.torch
-        if any(sm is None or sm >= self.sm_total for sm in sms):
-            return [torch.cuda.Stream(self.index) for _ in sms]
-        from measure.sm_alloc import split_sms
-
-        split = split_sms([int(sm) for sm in sms], self.index, torch, sm_total=self.sm_total)
-        self.partitions["+".join(str(sm) for sm in sms)] = split.to_dict()
-        out = []
-        for p in split.partitions:
-            if p.stream is not None:
-                out.append(p.stream)
-                continue
-            p.context.set_context()     # a stream belongs to the context current at its creation
-            try:
-                out.append(torch.cuda.Stream(self.index))
-            finally:
-                p.context.pop_context()
-        return out
-
     def par_work(self, streams: list[tuple[Any, int, int | None]]) -> Callable[[], None]:
-        """One invocation = each (work, k, sm_count) on its own stream, started together."""
-        torch = self.torch
-        cuda_streams = self._streams([sm for _, _, sm in streams])
+        """One invocation = each (work, k, sm_count) on its own stream, started together
+        (:meth:`measure.nvml.NVMLDevice.run_parallel`: whole-device streams, or the partitions
+        of one split of the device; which, and whether disjoint, recorded in
+        ``self.partitions``)."""
+        label = "+".join(str(sm) for _, _, sm in streams)
 
         def run() -> None:
-            cur = torch.cuda.current_stream(self.index)
-            start = torch.cuda.Event()
-            start.record(cur)
-            for (w, k, _), s in zip(streams, cuda_streams):
-                s.wait_event(start)
-                with torch.cuda.stream(s):
-                    for _ in range(k):
-                        w()
-            for s in cuda_streams:
-                cur.wait_stream(s)
+            self.device.run_parallel(streams)
+            split = self.device.last_split
+            if split is not None:
+                self.partitions[label] = split.to_dict()
         return run
 
 

@@ -4,7 +4,7 @@
 
 Builds the ``ecal demo`` problem (characterize on the simulated H200, compose every option as
 compute ⊕ send, plan under the deadline), then executes the plan, the all-max baseline and the
-best single-ω plan with :func:`measure.execute.run_plan`: one simulated H200 per stage, each
+best single-ω plan with :func:`execution.run.run_plan`: one simulated H200 per stage, each
 task a co-run of compute (132 − k SMs) ∥ send (k SMs) at its planned ω. Prints the predicted
 vs measured tables, where the deviation comes from, and the measured savings; then isolates
 the co-run interaction itself (each distinct chosen option: co-run against the ⊕ of its
@@ -24,15 +24,22 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ecal.demo import DemoConfig, _stage_kernels, run_demo
+from ecal.demo import DemoConfig, run_demo
+from execution.pipeline import pipeline_work, stage_kernels
+from execution.savings import PlanComparison, run_with_baselines
+from execution.work import TaskWork
 from frontier.io import write_json_atomic
-from measure.execute import PlanComparison, TaskWork, pipeline_work, run_with_baselines
 from measure.sim import PRESETS, SimulatedGPU, with_spec
 
 QUIET = with_spec(cap_clock_dither=0.0, cap_clock_wander=0.0, time_jitter=0.0, power_noise=0.0)
 
 SMALL = DemoConfig(n_stages=2, n_microbatches=2, clocks_mhz=(1980, 1440), power_limits_w=(700,),
                    comm_sms=(16,))
+
+
+def _stage_kernels(cfg: DemoConfig) -> dict[tuple[int, str], Any]:
+    """The demo's stage kernels (its stages' sizes)."""
+    return stage_kernels(cfg.stage_sizes[: cfg.n_stages])
 
 
 def compare_demo(r: Any, seed: int = 0) -> PlanComparison:

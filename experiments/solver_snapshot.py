@@ -133,7 +133,7 @@ def snapshot() -> dict:
     p = fork_join(np.random.default_rng(3), 3)
     for m in ("sp", "auto", "fast"):
         out[f"sp/{m}"] = plan_record(solve(p, p.fastest_makespan_s() * 1.15, method=m))
-    from ecal.workload import load_workload
+    from execution.workload import load_workload
 
     wl = load_workload(EXAMPLES / "workload_1f1b.json")
     for d in ("1.05x", "1.2x"):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Iterable, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from .errors import CompositionError
 from .operating_point import OperatingPoint
@@ -126,7 +126,7 @@ def seq(*elems: Signature | Iterable[Signature], name: str | None = None) -> Sig
     )
 
 
-def _repeat_count(k: object) -> int:
+def _repeat_count(k: Any) -> int:
     if isinstance(k, bool):
         raise CompositionError(f"repeat: the count must be a positive integer, got {k!r}")
     try:
@@ -299,9 +299,10 @@ def par(
     sms = [e.omega.sm_count for e in es]
     if sm_total is None:
         sm_total = next((int(e.meta["sm_total"]) for e in es if "sm_total" in e.meta), None)
-    if sm_total is not None and all(x is not None for x in sms) and sum(sms) > sm_total:
+    counts = [x for x in sms if x is not None]
+    if sm_total is not None and len(counts) == len(sms) and sum(counts) > sm_total:
         alloc = " + ".join(f"{e.name}={x}" for e, x in zip(es, sms))
-        raise CompositionError(f"par: SM allocations {alloc} = {sum(sms)} exceed the device's {sm_total} SMs")
+        raise CompositionError(f"par: SM allocations {alloc} = {sum(counts)} exceed the device's {sm_total} SMs")
     k = max(range(len(es)), key=lambda i: offs[i] + es[i].time_s)
     s = es[k].s_w
     omega = dev_omega.with_(sm_count=sum(sms)) if all(x is not None for x in sms) else dev_omega
@@ -348,4 +349,4 @@ def par_multi(
 def idle(device: str, duration_s: float, s_w: float, name: str | None = None) -> Signature:
     """Idle element ι_k(Δ): a device waiting at its ready power (T = Δ, d = 0; spec §4.4)."""
     return Signature(name or f"idle[{device}]", s_w=s_w, time_s=duration_s, d_j=0.0,
-                     devices={device}, meta={"source": "idle"})
+                     devices=frozenset({device}), meta={"source": "idle"})

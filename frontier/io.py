@@ -1,6 +1,9 @@
-"""File formats: signature files and composition workbooks (JSON, ``schema_version`` 1).
+"""File formats: signature files and composition workbooks (JSON, ``ecal.signatures/1`` and
+``ecal.workbook/1``; docs/formats.md).
 
-Every file is a JSON object with ``"schema_version": 1`` and a ``"units"`` block. The units are
+Every file is a JSON object naming its format (``"format": "ecal.signatures/1"``; files
+written before that say ``"schema_version": 1`` and are read as before) with a ``"units"``
+block. Its top-level shape is declared once, in :mod:`frontier.format_models`. The units are
 fixed (SI, as the field names say) and the block documents them; a file declaring other units
 is rejected rather than silently misread::
 
@@ -22,7 +25,7 @@ or raw runs, turned into a signature by :meth:`Signature.from_runs`::
 
     {"s_w": 123.0, "runs": {"times_s": [...], "energies_j": [...]}}  # per-invocation T and E per run
 
-A signature file is ``{"schema_version": 1, "units": ..., "signatures": {name: signature}}``.
+A signature file is ``{"format": "ecal.signatures/1", "units": ..., "signatures": {name: signature}}``.
 Both directions use the one codec, :mod:`frontier.codec`: :func:`save_signatures` writes every
 field (a composite's per-leaf sensitivities ``composed``/``terms`` and bias bookkeeping
 included, so a composite loaded back still shares error with its leaves), and the reader takes
@@ -96,10 +99,12 @@ from .compose import MAX_REPEAT, par, par_multi, repeat, seq
 from .compose import idle as idle_element
 from .deviation import DeviationResult, critical_value, deviation
 from .errors import EnergyCalculusError, FormatError
+from .formats import KINDS, check_units, content, validate
 from .operating_point import OperatingPoint
 from .signature import Signature
 from .units import energy_unit, pm, time_unit
 
+#: The ``schema_version`` of signature files and workbooks before ``"format"`` (still read).
 SCHEMA_VERSION = 1
 UNITS = MappingProxyType({"time": "s", "energy": "J", "power": "W"})
 
@@ -472,18 +477,33 @@ def check_unique_rows(file: str, keyed: Iterable[tuple[CsvRow, Any, str]], what:
 
 # -- file header ------------------------------------------------------------------------------
 
+#: Kinds whose files a signature reader takes: a workbook may start as a signature file, a
+#: signature file is a workbook without compositions, a store export is a signature file with
+#: its ``store`` block.
+SIGNATURE_KINDS = ("signatures", "workbook", "store-export")
+
+
+def _kind_of(doc: Any) -> str:
+    """Which of :data:`SIGNATURE_KINDS` ``doc`` names (``"workbook"`` for an older file, which
+    does not say; ``"signatures"`` for anything else, which :func:`check_format` then refuses)."""
+    tag = doc.get("format") if isinstance(doc, Mapping) else None
+    if isinstance(tag, str):
+        return next((k for k in SIGNATURE_KINDS if tag.startswith(f"ecal.{k}/")), "signatures")
+    return "workbook" if isinstance(doc, Mapping) and "schema_version" in doc else "signatures"
+
+
 def _check_header(file: str, doc: Any) -> dict:
-    doc = _obj(file, "(top level)", doc)
-    if "schema_version" not in doc:
-        raise FormatError(file, "schema_version", "missing (this reader understands 1)")
-    if doc["schema_version"] != SCHEMA_VERSION:
-        raise FormatError(file, "schema_version", f"unsupported version {_got(doc['schema_version'])} "
-                                                  f"(this reader understands {SCHEMA_VERSION})")
-    units = _obj(file, "units", doc.get("units", dict(UNITS)))
-    for k, v in units.items():
-        if k in UNITS and v != UNITS[k]:
-            raise FormatError(file, f"units.{k}", f"must be {UNITS[k]!r} (field names carry SI units), got {_got(v)}")
-    return doc
+    """``doc``'s identity (current or older form), top-level shape (its kind's model) and
+    units checked; returns it without its identity keys."""
+    from . import format_models
+
+    kind = _kind_of(doc)
+    _, body = content(file, doc, kind)
+    check_units(file, body.get("units"))
+    model = {"signatures": format_models.SignaturesFile, "workbook": format_models.WorkbookFile,
+             "store-export": format_models.StoreExportFile}[kind]
+    validate(model, body, file)
+    return body
 
 
 # -- signatures -----------------------------------------------------------------------------------
@@ -504,10 +524,11 @@ def _parse_signatures(file: str, doc: Mapping, key: str = "signatures") -> dict[
 
 
 def save_signatures(path: str | os.PathLike, sigs: Mapping[str, Signature] | Iterable[Signature],
-                    extra: Mapping[str, Any] | None = None) -> Path:
-    """Write signatures to a signature file (atomically). A mapping's keys are the names.
-    ``extra``: more top-level blocks (readers of signature files ignore them), e.g. a store
-    export's ``store`` block."""
+                    extra: Mapping[str, Any] | None = None, kind: str = "signatures") -> Path:
+    """Write signatures to a signature file (atomically; ``"format": "ecal.signatures/1"``).
+    A mapping's keys are the names. ``extra``: the informational blocks its model declares
+    (``meta``, ``description``; a store export's ``store``, written with ``kind``
+    ``"store-export"``)."""
     if isinstance(sigs, Mapping):
         items = list(sigs.items())
     else:
@@ -519,7 +540,7 @@ def save_signatures(path: str | os.PathLike, sigs: Mapping[str, Signature] | Ite
         if k in seen:
             raise FormatError(str(path), f"signatures.{k}", "two signatures have this name")
         seen.add(k)
-    doc = {"schema_version": SCHEMA_VERSION, "units": dict(UNITS),
+    doc = {"format": KINDS[kind].tag, "units": dict(UNITS),  # kind: "signatures" or "store-export"
            "signatures": {k: signature_to_dict(s) for k, s in items}}
     for k, v in (extra or {}).items():
         if k in doc:
@@ -817,20 +838,13 @@ class Workbook:
             if r is not None:
                 d["deviation"] = r.to_dict()
             out.append(d)
-        return {"file": self.file, "schema_version": SCHEMA_VERSION, "units": dict(UNITS),
-                "compositions": out}
-
-
-_WB_FIELDS = {"schema_version", "units", "description", "defaults", "signatures", "compositions", "source"}
-#: Informational blocks the tool's own signature files carry (``ecal characterize``'s and
-#: ``ecal frontier -o``'s ``meta``, a store export's ``store``): a workbook may start as one.
-_WB_INFO_FIELDS = {"meta", "store"}
+        return {"file": self.file, "units": dict(UNITS), "compositions": out}
 
 
 def parse_workbook(doc: Any, file: str = "<workbook>") -> Workbook:
-    """Build a :class:`Workbook` from an already-parsed JSON document."""
+    """Build a :class:`Workbook` from an already-parsed JSON document (``ecal.workbook/1``, a
+    signature file, or an older ``schema_version`` 1 file)."""
     doc = _check_header(file, doc)
-    _unknown(file, "", doc, _WB_FIELDS | _WB_INFO_FIELDS)
     sigs = _parse_signatures(file, doc)
     env = _Env(file, sigs)
     entries = []

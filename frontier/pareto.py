@@ -35,7 +35,8 @@ import numpy as np
 
 from .codec import _jsonable, signature_from_dict, signature_to_dict
 from .compose import par, par_multi, seq
-from .errors import CompositionError, EnergyCalculusError, FormatError
+from .errors import CompositionError, EnergyCalculusError
+from .formats import KINDS, check_units, content, validate
 from .operating_point import OperatingPoint
 from .signature import Signature
 from .units import pm
@@ -47,6 +48,7 @@ CRITERIA: tuple[str, ...] = ("TE", "Td", "Tsd")
 #: (memory guard); pass ``max_points`` to thin intermediate frontiers instead.
 MAX_CANDIDATES = 20_000_000
 
+#: The ``format`` of frontier files before ``ecal.frontier/1`` (still read).
 FRONTIER_FORMAT = "energy-calculus/frontier"
 FRONTIER_VERSION = 1
 _UNITS = MappingProxyType({"time": "s", "energy": "J", "power": "W"})  # as in frontier/io.py
@@ -183,11 +185,10 @@ class Frontier:
 
     # -- files ---------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (``format: energy-calculus/frontier``, ``schema_version`` 1, SI
-        ``units`` block as in :mod:`frontier.io`); points carry every signature field."""
+        """JSON-ready dict (``"format": "ecal.frontier/1"``, SI ``units`` block as in
+        :mod:`frontier.io`); points carry every signature field."""
         return {
-            "schema_version": FRONTIER_VERSION,
-            "format": FRONTIER_FORMAT,
+            "format": KINDS["frontier"].tag,
             "units": dict(_UNITS),
             "name": self.name,
             "criterion": self.criterion,
@@ -197,39 +198,15 @@ class Frontier:
 
     @classmethod
     def from_dict(cls, d: Any, file: str = "<dict>") -> Frontier:
-        """Inverse of :meth:`to_dict`; errors name ``file`` and the path inside it."""
-        if not isinstance(d, Mapping):
-            raise FormatError(file, "$", f"must be an object (a frontier), got {type(d).__name__}")
-        fmt = d.get("format", FRONTIER_FORMAT)
-        if fmt != FRONTIER_FORMAT:
-            raise FormatError(file, "format", f"expected {FRONTIER_FORMAT!r}, got {fmt!r}")
-        ver = d.get("schema_version", FRONTIER_VERSION)
-        if ver != FRONTIER_VERSION:
-            raise FormatError(file, "schema_version",
-                              f"unsupported version {ver!r} (this reader understands {FRONTIER_VERSION})")
-        units = d.get("units") or {}
-        if not isinstance(units, Mapping):
-            raise FormatError(file, "units", f"must be an object, got {units!r}")
-        for k, v in units.items():
-            if k in _UNITS and v != _UNITS[k]:
-                raise FormatError(file, f"units.{k}",
-                                  f"must be {_UNITS[k]!r} (field names carry SI units), got {v!r}")
-        crit = d.get("criterion", "TE")
-        if crit not in CRITERIA:
-            raise FormatError(file, "criterion", f"must be one of {list(CRITERIA)}, got {crit!r}")
-        name = d.get("name", "frontier")
-        if not isinstance(name, str):
-            raise FormatError(file, "name", f"must be a string, got {name!r}")
-        meta = d.get("meta") or {}
-        if not isinstance(meta, Mapping):
-            raise FormatError(file, "meta", f"must be an object, got {meta!r}")
-        pts = d.get("points")
-        if not isinstance(pts, list):
-            raise FormatError(file, "points", "is required and must be a list of signatures")
-        if not pts:
-            raise FormatError(file, "points", "must hold at least one point")
-        sigs = tuple(signature_from_dict(p, file, f"points[{i}]") for i, p in enumerate(pts))
-        return cls(points=sigs, name=name, criterion=crit, meta=dict(meta))
+        """Inverse of :meth:`to_dict` (also reads the older ``energy-calculus/frontier`` form
+        and a frontier with no ``format``); errors name ``file`` and the path inside it."""
+        from .format_models import FrontierFile
+
+        _, body = content(file, d, "frontier", required=False)
+        check_units(file, body.get("units"))
+        m = validate(FrontierFile, body, file)
+        sigs = tuple(signature_from_dict(p, file, f"points[{i}]") for i, p in enumerate(m.points))
+        return cls(points=sigs, name=m.name, criterion=m.criterion, meta=dict(m.meta or {}))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from .errors import EnergyCalculusError, FormatError, InputError
+from .formats import content, format_tag, validate
 from .operating_point import OperatingPoint
 from .signature import Signature
 
@@ -289,7 +290,7 @@ class TransitionTable:
     source: str = "given"
     rule: FittedRule | None = None
     on_unpriced: str = "auto"
-    _lookup: dict = field(init=False, repr=False, compare=False, hash=False, default=None)
+    _lookup: dict | None = field(init=False, repr=False, compare=False, hash=False, default=None)
 
     def __post_init__(self) -> None:
         pairs_in = self.pairs.items() if isinstance(self.pairs, Mapping) else self.pairs
@@ -373,7 +374,7 @@ class TransitionTable:
         a, b = _dev(frm), _dev(to)
         if a == b:
             return (0.0, 0.0)
-        c = self._lookup.get((a, b))
+        c = self._lookup.get((a, b)) if self._lookup is not None else None
         if c is not None:
             return c
         if self.knobs:
@@ -427,13 +428,12 @@ class TransitionTable:
 
     # -- files ----------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (``energy-calculus/transitions``): version 1 as before, version 2
-        when the table has a fitted ``rule`` or a non-default ``on_unpriced`` (both kept)."""
+        """JSON-ready dict: ``ecal.transitions/1``, or ``ecal.transitions/2`` when the table has
+        a fitted ``rule`` or a non-default ``on_unpriced`` (both kept)."""
         c = self.constant_cost
         v2 = self.rule is not None or self.on_unpriced != "auto"
         out = {
-            "format": "energy-calculus/transitions",
-            "version": 2 if v2 else 1,
+            "format": format_tag("transitions", 2 if v2 else 1),
             "device": self.device,
             "source": self.source,
             "constant": None if c is None else {"time_s": c[0], "energy_j": c[1]},
@@ -449,14 +449,12 @@ class TransitionTable:
     @classmethod
     def from_dict(cls, d: Any, file: str = "<dict>") -> TransitionTable:
         """Inverse of :meth:`to_dict`; errors name ``file`` and the path inside it."""
-        if not isinstance(d, Mapping):
-            raise FormatError(file, "$", f"must be an object (a transition table), got {type(d).__name__}")
-        fmt = d.get("format", "energy-calculus/transitions")
-        if fmt != "energy-calculus/transitions":
-            raise FormatError(file, "format", f"expected 'energy-calculus/transitions', got {fmt!r}")
-        version = d.get("version", 1)
-        if version not in (1, 2) or isinstance(version, bool):
-            raise FormatError(file, "version", f"unsupported version {version!r} (this reader: 1, 2)")
+        from .format_models import TransitionsFile
+
+        version, body = content(file, d, "transitions", required=False)
+        m = validate(TransitionsFile, body, file)
+        # costs, knobs, pairs and the rule are declared in the model; their values (finite,
+        # >= 0, real device knobs) are checked here, in the wording users know
 
         def cost_at(v: Any, path: str) -> Cost:
             if not isinstance(v, Mapping):
@@ -479,38 +477,26 @@ class TransitionTable:
             except ValueError as e:
                 raise FormatError(file, path, str(e)) from None
 
-        const = d.get("constant")
-        const_c = None if const is None else cost_at(const, "constant")
-        knobs_raw = d.get("knobs") or {}
-        if not isinstance(knobs_raw, Mapping):
-            raise FormatError(file, "knobs", "must be an object keyed by knob name")
+        const_c = None if m.constant is None else cost_at(m.constant, "constant")
         knobs = []
-        for k, v in knobs_raw.items():
+        for k, v in m.knobs.items():
             if k not in DEV_KNOBS:
                 raise FormatError(file, f"knobs.{k}", f"not a device knob (known: {', '.join(DEV_KNOBS)})")
             knobs.append((k, cost_at(v, f"knobs.{k}")))
-        pairs_raw = d.get("pairs") or []
-        if not isinstance(pairs_raw, list):
-            raise FormatError(file, "pairs", "must be a list")
         pairs = []
-        for i, p in enumerate(pairs_raw):
+        for i, p in enumerate(m.pairs):
             path = f"pairs[{i}]"
             if not isinstance(p, Mapping):
                 raise FormatError(file, path, "must be an object with from, to, time_s, energy_j")
             pairs.append(((omega_at(p.get("from"), f"{path}.from"), omega_at(p.get("to"), f"{path}.to")),
                           cost_at(p, path)))
-        device = d.get("device")
-        if device is not None and not isinstance(device, str):
-            raise FormatError(file, "device", f"must be a string or null, got {device!r}")
-        source = d.get("source", "given")
-        if not isinstance(source, str):
-            raise FormatError(file, "source", f"must be a string, got {source!r}")
         rule, on = None, "auto"
         if version == 2:
-            rule = None if d.get("rule") is None else _rule_from_dict(d["rule"], file)
-            on = d.get("on_unpriced", "auto")
+            rule = None if m.rule is None else _rule_from_dict(m.rule, file)
+            on = m.on_unpriced
             if on not in ON_UNPRICED:
                 raise FormatError(file, "on_unpriced", f"must be one of {ON_UNPRICED}, got {on!r}")
+        device, source = m.device, m.source
         return cls(pairs=tuple(pairs), knobs=tuple(knobs), constant_cost=const_c, device=device,
                    source=source, rule=rule, on_unpriced=on)
 

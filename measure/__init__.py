@@ -16,9 +16,8 @@
 * :class:`Protocol`, :func:`measure_point` — warm-up, null context, tick-aligned windows,
   repetitions to a target relative standard error.
 * :func:`characterize` / :func:`sweep` over ω × κ grids (:func:`parse_grid`), resumable.
-* :func:`run_plan` — execute a plan on simulated GPUs (co-runs, switch latencies, tick-aligned
-  step windows), Eq. 23 per device and step; :func:`run_with_baselines` — measured savings.
-* :class:`PlanApplier` — apply per-element operating points around their execution;
+* :class:`PlanApplier` — apply per-element operating points around their execution (from a
+  schedule file, :mod:`measure.schedule`);
   :func:`measure_transitions` — settle-time probe → a measured ``TransitionTable``.
 * :func:`open_device` — ``"sim"``, ``"sim:h200"``, ``"nvml:0"``; :func:`resolve_work` /
   :func:`load_work` — a simulated preset name or ``module:attribute`` (a work, or a factory
@@ -36,10 +35,11 @@
                        protocol=Protocol(target_rse=args.target_rse), name=args.work)
     print(res.to_table()); res.save(args.output)     # signature file keyed element@κ@ω
 
-Imports ``frontier``, never ``solvers``.
+Imports ``frontier``, never ``solvers`` or ``execution`` (running a plan is
+:mod:`execution`, which imports this).
 """
 
-from .adaptive import AdaptiveResult, SkippedPoint, characterize_adaptive
+from .adaptive import AdaptiveOptions, AdaptiveResult, SkippedPoint, characterize_adaptive
 from .apply import PlanApplier
 from .characterize import CharacterizationResult, characterize, save_characterizations
 from .device import (
@@ -51,19 +51,6 @@ from .device import (
     ReadOnlyError,
     UnsupportedSettingError,
     restoring,
-)
-from .execute import (
-    ExecutionError,
-    ExecutionResult,
-    PlanComparison,
-    Savings,
-    TaskRun,
-    TaskWork,
-    pipeline_work,
-    predict_devices,
-    run_plan,
-    run_with_baselines,
-    savings,
 )
 from .factory import ResolvedWork, UserCodeError, load_work, open_device, resolve_work
 from .grid import Grid, GridError, default_grid, parse_grid
@@ -85,7 +72,7 @@ from .sweep import Progress, ReadyPowerCache, SweepResult, print_progress, sweep
 from .transitions import measure_transitions, settle_time_s
 
 __all__ = [
-    "characterize_adaptive", "AdaptiveResult", "SkippedPoint",
+    "characterize_adaptive", "AdaptiveOptions", "AdaptiveResult", "SkippedPoint",
     "Device", "DeviceError", "PermissionDeniedError", "UnsupportedSettingError", "ReadOnlyError",
     "FeatureUnavailableError", "OperatingSet", "restoring",
     "SimulatedGPU", "SimKernel", "SimSpec", "H200", "PRESETS", "preset", "list_presets",
@@ -97,7 +84,5 @@ __all__ = [
     "characterize", "CharacterizationResult", "save_characterizations", "PlanApplier",
     "open_device", "resolve_work", "load_work", "ResolvedWork", "UserCodeError",
     "measure_transitions", "settle_time_s", "ResultsMismatchError",
-    "run_plan", "run_with_baselines", "savings", "pipeline_work", "predict_devices", "TaskWork",
-    "TaskRun", "ExecutionResult", "PlanComparison", "Savings", "ExecutionError",
     "ReplayDevice", "load_h200", "load_zeus_trace", "load_zeus_profile", "load_nvdvfs", "load_perseus",
 ]

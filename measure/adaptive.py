@@ -700,22 +700,39 @@ def default_coarse(grid: Grid, clocks: int | None = None, limits: int = 3) -> li
     return list(dict.fromkeys(Grid(top).points() + pts))
 
 
-def characterize_adaptive(work: Any, device: Device, grid: str | Grid | Mapping | None = None,
-                          coarse_grid: str | Grid | Mapping | int | Sequence[OperatingPoint]
-                          | None = None,
-                          target_rse: float = 0.01, criterion: Criterion = "TE", *,
-                          k_sigma: float = 2.0, rel_tol: float | None = None,
-                          rel_tol_time: float | None = None, protocol: Protocol | None = None,
-                          name: str | None = None, max_rounds: int = 64,
-                          s_rse: float = 0.005, rse_floor: float | None = None,
-                          progress: Callable[[str], None] | None = None,
-                          journal: str | os.PathLike | None = None,
-                          plan_tol: float | None = None) -> AdaptiveResult:
-    """Characterize ``work`` (a work, or a mapping κ label → work) on ``device`` over ``grid``,
-    measuring only the points that can still change the ``criterion`` frontier by more than
-    the tolerance (module docstring: rules, assumptions).
+@dataclass(frozen=True)
+class AdaptiveOptions:
+    """How :func:`characterize_adaptive` refines a grid (see its docstring for each field):
+    the full ``grid`` and the ``coarse_grid`` it starts from, the per-point ``target_rse``, the
+    ``criterion`` frontier, trust ``k_sigma``, tolerances ``rel_tol`` / ``rel_tol_time`` /
+    ``plan_tol``, the ``protocol``, ``max_rounds``, the ready-power ``s_rse`` and the
+    ``rse_floor`` of replayed points. The defaults are what ``ecal characterize --adaptive``
+    uses."""
 
-    ``grid``: the full candidate grid; it must vary ``sm_clock_mhz`` (≥ 3 clocks; default:
+    grid: str | Grid | Mapping | None = None
+    coarse_grid: str | Grid | Mapping | int | Sequence[OperatingPoint] | None = None
+    target_rse: float = 0.01
+    criterion: Criterion = "TE"
+    k_sigma: float = 2.0
+    rel_tol: float | None = None
+    rel_tol_time: float | None = None
+    protocol: Protocol | None = None
+    max_rounds: int = 64
+    s_rse: float = 0.005
+    rse_floor: float | None = None
+    plan_tol: float | None = None
+
+
+def characterize_adaptive(work: Any, device: Device, options: AdaptiveOptions = AdaptiveOptions(),
+                          *, name: str | None = None,
+                          progress: Callable[[str], None] | None = None,
+                          journal: str | os.PathLike | None = None) -> AdaptiveResult:
+    """Characterize ``work`` (a work, or a mapping κ label → work) on ``device`` over
+    ``options.grid``, measuring only the points that can still change the ``criterion``
+    frontier by more than the tolerance (module docstring: rules, assumptions). ``name``: the
+    element's name (default: the work's); ``progress``: called with a line per round.
+
+    The options (:class:`AdaptiveOptions`) — ``grid``: the full candidate grid; it must vary ``sm_clock_mhz`` (≥ 3 clocks; default:
     every SM clock the device supports at its top memory clock). ``coarse_grid``: where to
     start (a grid inside ``grid``, or an int: that many clocks evenly spread; default
     :func:`default_coarse`). ``target_rse``: each point's windows repeat until its E has this
@@ -741,6 +758,10 @@ def characterize_adaptive(work: Any, device: Device, grid: str | Grid | Mapping 
     """
     from .sweep import sweep
 
+    o = options
+    grid, coarse_grid, target_rse, criterion = o.grid, o.coarse_grid, o.target_rse, o.criterion
+    k_sigma, rel_tol, rel_tol_time, protocol = o.k_sigma, o.rel_tol, o.rel_tol_time, o.protocol
+    max_rounds, s_rse, rse_floor, plan_tol = o.max_rounds, o.s_rse, o.rse_floor, o.plan_tol
     if criterion not in CRITERIA:
         raise AdaptiveError(f"criterion must be one of {CRITERIA}, got {criterion!r}")
     for nm, v in (("target_rse", target_rse), ("k_sigma", k_sigma), ("s_rse", s_rse)):

@@ -13,7 +13,7 @@
 (2, True)
 
 In a training loop, build it from the ``schedule.json`` that ``ecal plan --schedule`` writes
-(format ``ecal.schedule/1``, see :mod:`ecal.schedule`)::
+(format ``ecal.schedule/1``, see :mod:`measure.schedule`)::
 
     applier = PlanApplier.from_schedule("schedule.json", rank=pp_rank, device="nvml:0")
     with applier:
@@ -63,10 +63,11 @@ from frontier.operating_point import OperatingPoint
 
 from .device import Device, restoring
 from .protocol import measure_ready_power_w, wait_for_tick
+from .schedule import RankSchedule, read_schedule
 
-#: The schedule format :meth:`PlanApplier.from_schedule` reads (written by ``ecal.schedule``).
-SCHEDULE_FORMAT = "ecal.schedule/1"
-_KNOBS = ("sm_clock_mhz", "mem_clock_mhz", "power_limit_w", "sm_count")
+__all__ = ["PlanApplier", "ElementRun", "RankSchedule", "read_schedule", "task_name",
+           "default_synchronize"]
+
 _AUTO = "auto"
 
 
@@ -101,93 +102,6 @@ class ElementRun:
     time_s: float
     energy_j: float | None
     switched: bool
-
-
-@dataclass(frozen=True)
-class RankSchedule:
-    """One rank's part of an ``ecal.schedule/1`` file: its device name, its tasks in execution
-    order with their operating points, and what the file says about the device."""
-
-    device: str
-    tasks: tuple[str, ...]
-    omegas: Mapping[str, OperatingPoint]
-    ready_power_w: float | None = None
-    switches_per_iteration: int | None = None
-    steady_state: bool = False
-
-
-def read_schedule(path: str | os.PathLike, rank: int | str) -> RankSchedule:
-    """Read rank ``rank``'s tasks from an ``ecal.schedule/1`` file.
-
-    ``rank`` is an integer rank or a device name. An integer maps through the file's
-    ``"ranks"`` list (device of rank 0, 1, ...) when present; else to the device
-    ``stage{rank}`` when there is one, else to the ``rank``-th device in file order. The
-    optional keys (``steady_state``, ``ranks``, ``device_info``) may be absent. Errors are
-    :class:`frontier.errors.FormatError` naming the file and the field.
-    """
-    from frontier.errors import FormatError
-    from frontier.io import read_json
-
-    p = str(path)
-    doc = read_json(path)
-    if not isinstance(doc, Mapping) or doc.get("format") != SCHEDULE_FORMAT:
-        got = doc.get("format") if isinstance(doc, Mapping) else type(doc).__name__
-        raise FormatError(p, "format", f"expected {SCHEDULE_FORMAT!r}, got {got!r}")
-    devices = doc.get("devices")
-    if not isinstance(devices, Mapping) or not devices:
-        raise FormatError(p, "devices", "expected a non-empty object of device -> task list")
-    names = list(devices)
-    if isinstance(rank, str):
-        dev = rank
-    else:
-        ranks = doc.get("ranks")
-        if ranks is not None:
-            if not isinstance(ranks, list) or not all(isinstance(r, str) for r in ranks):
-                raise FormatError(p, "ranks", "expected a list of device names")
-            if not 0 <= int(rank) < len(ranks):
-                raise FormatError(p, "ranks", f"rank {rank} out of range: the file lists "
-                                              f"{len(ranks)} rank(s)")
-            dev = ranks[int(rank)]
-        elif f"stage{int(rank)}" in devices:
-            dev = f"stage{int(rank)}"
-        elif 0 <= int(rank) < len(names):
-            dev = names[int(rank)]
-        else:
-            raise FormatError(p, "devices", f"rank {rank} out of range: {len(names)} device(s)")
-    if dev not in devices:
-        raise FormatError(p, "devices", f"no device {dev!r}; devices: {names}")
-    entries = devices[dev]
-    if not isinstance(entries, list) or not entries:
-        raise FormatError(p, f"devices.{dev}", "expected a non-empty list of tasks")
-    tasks: list[str] = []
-    omegas: dict[str, OperatingPoint] = {}
-    for i, e in enumerate(entries):
-        where = f"devices.{dev}[{i}]"
-        if not isinstance(e, Mapping) or not isinstance(e.get("task"), str):
-            raise FormatError(p, where, "expected an object with a 'task' name")
-        knobs: dict[str, Any] = {}
-        for k in _KNOBS:
-            v = e.get(k)
-            if v is None:
-                continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-                raise FormatError(p, f"{where}.{k}", f"expected a positive number, got {v!r}")
-            knobs[k] = int(v) if k == "sm_count" else float(v)
-        if e["task"] in omegas:
-            raise FormatError(p, f"{where}.task", f"task {e['task']!r} appears twice")
-        tasks.append(e["task"])
-        omegas[e["task"]] = OperatingPoint(**knobs)
-    info = doc.get("device_info") or {}
-    if not isinstance(info, Mapping):
-        raise FormatError(p, "device_info", "expected an object of device -> info")
-    mine = info.get(dev) or {}
-    ready = mine.get("ready_power_w") if isinstance(mine, Mapping) else None
-    spi = mine.get("switches_per_iteration") if isinstance(mine, Mapping) else None
-    if ready is not None and (isinstance(ready, bool) or not isinstance(ready, (int, float))
-                              or not ready > 0):
-        raise FormatError(p, f"device_info.{dev}.ready_power_w", f"expected W > 0, got {ready!r}")
-    return RankSchedule(dev, tuple(tasks), omegas, None if ready is None else float(ready),
-                        None if spi is None else int(spi), bool(doc.get("steady_state", False)))
 
 
 class _Switcher:

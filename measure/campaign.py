@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from frontier.errors import FormatError, InputError
+from frontier.formats import KINDS, check_format
 from frontier.operating_point import OperatingPoint
 
 from .device import Device, DeviceError
@@ -56,7 +57,10 @@ from .protocol import Protocol
 from .results_log import point_key
 from .store import ResultsStore, StoreError
 
-CAMPAIGN_FORMAT = "energy-calculus/campaign"
+#: The ``format`` a campaign file may name (optional: a hand-written campaign need not).
+CAMPAIGN_FORMAT = KINDS["campaign"].tag
+#: The ``format`` campaign files named before ``ecal.campaign/1`` (still read).
+LEGACY_CAMPAIGN_FORMAT = "energy-calculus/campaign"
 _TOP_FIELDS = {"format", "name", "device", "seed", "gpu_model", "accelerator_type", "elements",
                "grid", "protocol", "store", "max_retries", "simulate"}
 _ELEMENT_FIELDS = {"name", "work", "kappas", "grid"}
@@ -384,8 +388,7 @@ def parse_campaign(doc: Any, file: str = "<campaign>", default_name: str = "camp
     if unknown:
         raise FormatError(file, _clip(unknown[0], 60),
                           f"unknown field; known: {', '.join(sorted(_TOP_FIELDS))}")
-    if "format" in doc and doc["format"] != CAMPAIGN_FORMAT:
-        raise FormatError(file, "format", f"{_show(doc['format'])} is not {CAMPAIGN_FORMAT!r}")
+    check_format(file, doc, "campaign", required=False)
     name = doc.get("name", default_name)
     if not isinstance(name, str) or not name or len(name) > MAX_NAME:
         raise FormatError(file, "name", f"must be a non-empty string of at most {MAX_NAME} "

@@ -88,14 +88,16 @@ class CharacterizationResult:
 def save_characterizations(path: str | Path, results: list[CharacterizationResult]) -> Path:
     """Write the signatures of one or more characterizations to one signature file (atomic).
 
-    The file is an ordinary signature file (``schema_version``, ``units``, ``signatures`` keyed
+    The file is an ordinary signature file (``"format": "ecal.signatures/1"``, ``units``,
+    ``signatures`` keyed
     ``element@κ@ω``, read by :func:`frontier.io.load_signatures`) plus a top-level ``meta``:
     ``elements`` (names, in order), ``device``, ``simulated`` and ``ready_power_w``
     (ω_dev label → W: the ready power each ω_dev's points were measured against; one value per
     ω_dev, shared by all elements when they were measured in one campaign). Two elements that
     share a key are an error naming it."""
     from frontier.errors import FormatError
-    from frontier.io import SCHEMA_VERSION, UNITS, write_json_atomic
+    from frontier.formats import KINDS
+    from frontier.io import UNITS, write_json_atomic
     from frontier.pareto import signature_to_dict
 
     sigs: dict[str, Any] = {}
@@ -109,7 +111,7 @@ def save_characterizations(path: str | Path, results: list[CharacterizationResul
     first = results[0].meta if results else {}
     meta = {"elements": [r.element for r in results], "device": first.get("device"),
             "simulated": bool(first.get("simulated")), "ready_power_w": ready}
-    return write_json_atomic(path, {"schema_version": SCHEMA_VERSION, "units": dict(UNITS),
+    return write_json_atomic(path, {"format": KINDS["signatures"].tag, "units": dict(UNITS),
                                     "signatures": sigs, "meta": meta})
 
 

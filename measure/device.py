@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -193,6 +193,12 @@ class Device(ABC):
         """Execute ``work`` ``n`` times back to back and synchronize. ``sm_count`` (optional)
         overrides the SM allocation in force for this call."""
 
+    def run_parallel(self, streams: Sequence[Any]) -> None:
+        """Run several streams of work at once (a co-run) and synchronize. Devices that cannot
+        co-run raise :class:`NotImplementedError` naming themselves; the simulator can."""
+        raise NotImplementedError(f"{type(self).__name__} cannot run co-runs (run_parallel); "
+                                  "the simulated H200 (--device sim) can")
+
     @abstractmethod
     def idle(self, duration_s: float) -> None:
         """Wait ``duration_s`` with the device ready and not working (sleep / virtual time)."""
@@ -289,7 +295,7 @@ def restoring(device: Device, attempts: int = 3) -> Iterator[Device]:
         if not done and last is not None:
             raise last
 
-    previous: dict[int, Any] = {}
+    previous: dict[signal.Signals | int, Any] = {}
 
     def _handler(signum: int, frame: Any) -> None:
         if defer(signum):      # a restore or a setter is running: handle it right after
@@ -331,8 +337,8 @@ def restoring(device: Device, attempts: int = 3) -> Iterator[Device]:
     finally:
         atexit.unregister(_at_exit)
         if in_main:
-            for s, h in previous.items():
-                signal.signal(s, h if h is not None else signal.SIG_DFL)
+            for sig, h in previous.items():
+                signal.signal(sig, h if h is not None else signal.SIG_DFL)
 
 
 Work = Callable[[], Any]

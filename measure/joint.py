@@ -4,7 +4,7 @@ each (ω_dev, SM split) a plan can choose, into an :class:`~frontier.interaction
 One device counter sees only s·T + Σ dᵢ of a co-run, so a pair is characterized as one
 composite: one invocation starts a (on ``sm_a`` SMs) and b (on ``sm_b`` SMs) together and ends
 when both have finished — what a pipeline task "compute ⊕ send" runs, and what the plan
-executor (``measure.execute``) runs for such a task. Each (pair, split) is one
+executor (``execution.run``) runs for such a task. Each (pair, split) is one
 :func:`~measure.characterize.characterize` over the ω_dev grid, so the protocol (warm-up, null
 context, tick-aligned windows, repetitions to the target relative standard error), the device
 restore on every exit path and the resumable results file are exactly those of a single
@@ -86,11 +86,11 @@ class CoRun:
 
     def __init__(self, device: Device, streams: Sequence[tuple[Any, int | None]], name: str):
         run_parallel = getattr(device, "run_parallel", None)
-        if not callable(run_parallel):
+        # the base class's run_parallel only refuses: a device that co-runs overrides it
+        if not callable(run_parallel) or getattr(type(device), "run_parallel", None) is Device.run_parallel:
             raise FeatureUnavailableError(
-                f"{device.name}: no same-device parallel run (run_parallel); joint "
-                "characterization runs on the simulator for now (a real GPU needs streams on "
-                "green contexts: experiments/gpu_validate.py)")
+                f"{device.name}: cannot co-run (run_parallel); joint characterization runs on "
+                "the simulated H200 or on an NVML device with PyTorch (NVMLDevice.run_parallel)")
         self._run_parallel = run_parallel
         self.streams = tuple((w, sm) for w, sm in streams)
         self.name = name
@@ -176,18 +176,23 @@ def characterize_pairs(device: Device, pairs: Iterable[JointPair],
                           simulated=bool(desc.get("simulated", getattr(device, "simulated", False))),
                           protocol=protocol.to_dict(), recorded_utc=when,
                           seed=desc.get("seed"), uuid=desc.get("uuid"))
+        # on a real GPU, the partitions the co-run ran on (granted counts, disjoint or not)
+        parts = getattr(device, "last_split", None)
         for sig in res.signatures:
-            entries.append(_entry(sig, pair, split, sm_total, path, prov))
+            entries.append(_entry(sig, pair, split, sm_total, path, prov,
+                                  parts.to_dict() if parts is not None else None))
     return InteractionTable(tuple(entries), description)
 
 
 def _entry(sig: Signature, pair: JointPair, split: Split, sm_total: int, path: str | None,
-           prov: Provenance) -> InteractionEntry:
+           prov: Provenance, partitions: dict[str, Any] | None = None) -> InteractionEntry:
     sa, sb = split
     dev = sig.omega.dev
     omega = dev.with_(sm_count=sa + sb) if sa is not None and sb is not None else dev
-    meta = {**dict(sig.meta), "sm_total": sm_total, "results_path": path,
-            "joint": {"members": [{"element": pair.a, "sm_count": sa},
-                                  {"element": pair.b, "sm_count": sb}]}}
-    joint = sig.with_(omega=omega, meta=meta)
-    return InteractionEntry(PairKey.of(pair.a, sa, pair.b, sb, dev), joint, prov)
+    joint: dict[str, Any] = {"members": [{"element": pair.a, "sm_count": sa},
+                                         {"element": pair.b, "sm_count": sb}]}
+    if partitions is not None:
+        joint["partitions"] = partitions        # granted counts; "overlapping" where they may
+    meta = {**dict(sig.meta), "sm_total": sm_total, "results_path": path, "joint": joint}
+    return InteractionEntry(PairKey.of(pair.a, sa, pair.b, sb, dev),
+                            sig.with_(omega=omega, meta=meta), prov)

@@ -62,7 +62,7 @@ import re
 import sys
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -267,6 +267,7 @@ class NVMLDevice(Device):
         self._lost = False
         self._sync = synchronize
         self._cuda_index = cuda_index
+        self._corunner: Any = None      # measure.corun.CoRunner, made at the first co-run
         self._journal: jr.DeviceJournal | None = None
         self._lock: ProcessLock | None = None
         self._lock_finalizer: weakref.finalize | None = None
@@ -754,6 +755,26 @@ class NVMLDevice(Device):
         allocation in force), then synchronize."""
         self._launch(work, n, sm_count)
         self._synchronize()
+
+    def run_parallel(self, streams: Sequence[tuple[Any, int, int | None]]) -> None:
+        """Run a co-run and synchronize: each ``(work, k, sm_count)`` runs ``work()`` ``k``
+        times on its own CUDA stream, all started together (:class:`measure.corun.CoRunner`:
+        whole-device streams, or the disjoint partitions of one SM split, labelled
+        ``overlapping`` where only separate green contexts exist; :attr:`last_split`).
+        Needs PyTorch (:class:`~measure.device.FeatureUnavailableError` otherwise)."""
+        if self._corunner is None:
+            from .corun import CoRunner
+            from .sm_alloc import _torch
+
+            self._corunner = CoRunner(_torch(), self.cuda_index, self.operating_set().sm_count)
+        self._corunner.launch(streams)
+        self._synchronize()
+
+    @property
+    def last_split(self) -> Any:
+        """The :class:`~measure.sm_alloc.SMSplit` of the latest partitioned co-run (None
+        before one, or after a co-run on whole-device streams)."""
+        return None if self._corunner is None else self._corunner.last_split
 
     def run_and_read(self, work: Any, n: int = 1, sm_count: int | None = None) -> Reading:
         """Launch the work like :meth:`run`, read clocks, temperature and throttle reasons

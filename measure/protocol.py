@@ -41,7 +41,7 @@ class Protocol:
     ``context_temp_c``: characterize **in context** instead of at the null context — after
     the warm-up, keep running the work until the die reaches this temperature (at most
     ``preheat_max_s``), e.g. the temperature the device held while a plan ran (what
-    :func:`measure.run_plan` reports); a tight cap throttles harder on a hot die, which a
+    :func:`execution.run.run_plan` reports); a tight cap throttles harder on a hot die, which a
     point measured cool does not see.
     """
 

@@ -15,7 +15,8 @@ import``, and the file is left byte for byte. Points of two measurements are nev
 under one header.
 
 **Never change a file that is not ours.** A file is ours when its first record is a header this
-module writes (``format`` :data:`RESULTS_FORMAT`; or, from older writers, ``kind`` "header"
+module writes (``format`` :data:`RESULTS_FORMAT`, ``ecal.results/2``; or, from older writers,
+``energy-calculus/results`` with a ``version``, or ``kind`` "header"
 with no ``format`` and their element, device and grid fields). An empty file is a new one.
 Anything else (text, JSON of another tool, binary: NUL bytes or invalid UTF-8, a file with no
 complete line) is a :class:`FormatError` "not an energy-calculus results file ...; refusing to
@@ -71,6 +72,7 @@ from pathlib import Path
 from typing import Any
 
 from frontier.errors import FormatError
+from frontier.formats import KINDS, check_format, content, validate
 from frontier.io import check_own_path
 from frontier.operating_point import OperatingPoint
 from frontier.signature import Signature
@@ -78,9 +80,12 @@ from frontier.signature import Signature
 from .device import DeviceError
 from .locks import LockedError, ProcessLock
 
-RESULTS_FORMAT = "energy-calculus/results"
-#: 2: header with identity (uuid, driver, seed, host); points in the lossless codec.
-RESULTS_VERSION = 2
+#: The header's ``format``. Version 2: header with identity (uuid, driver, seed, host);
+#: points in the lossless codec.
+RESULTS_FORMAT = KINDS["results"].tag
+RESULTS_VERSION = KINDS["results"].write_version
+#: The header's ``format`` (with ``"version"``) before ``ecal.results/2`` (still read).
+LEGACY_RESULTS_FORMAT = "energy-calculus/results"
 
 #: Device fields of the header that must match on resume (when the file records them).
 DEVICE_IDENTITY = ("device", "uuid", "driver", "seed")
@@ -198,13 +203,12 @@ def _read_all(fd: int) -> bytes:
 
 
 def _header_record(header: Mapping[str, Any]) -> dict[str, Any]:
-    return {"kind": "header", "format": RESULTS_FORMAT, "version": RESULTS_VERSION,
-            **header_form(dict(header))}
+    # "kind" first: ecal store import tells a results log by how its first line begins
+    return {"kind": "header", "format": RESULTS_FORMAT, **header_form(dict(header))}
 
 
 #: How every header this module writes begins, and how every record begins.
-_HEADER_LEAD = json.dumps({"kind": "header", "format": RESULTS_FORMAT,
-                           "version": RESULTS_VERSION})[:-1].encode("ascii")
+_HEADER_LEAD = json.dumps({"kind": "header", "format": RESULTS_FORMAT})[:-1].encode("ascii")
 _RECORD_LEAD = b'{"kind": "'
 #: Older headers (before ``format``) always held these fields.
 _V1_HEADER_FIELDS = ("element", "device", "grid")
@@ -222,12 +226,17 @@ def _is_text(data: bytes) -> bool:
 
 def _is_our_header(rec: Any) -> bool:
     """Whether ``rec`` (the first record of a file) is a header this tool writes: ``kind``
-    "header" and ``format`` :data:`RESULTS_FORMAT`, or, from writers before the ``format``
-    field, ``kind`` "header", no ``format`` and the fields they always wrote."""
+    "header" and ``format`` :data:`RESULTS_FORMAT` (or, older, :data:`LEGACY_RESULTS_FORMAT`),
+    or, from writers before the ``format`` field, ``kind`` "header", no ``format`` and the
+    fields they always wrote."""
     if not isinstance(rec, dict) or rec.get("kind") != "header":
         return False
     if "format" in rec:
-        return rec["format"] == RESULTS_FORMAT
+        try:
+            check_format("", rec, "results")
+        except FormatError:
+            return False
+        return True
     return all(f in rec for f in _V1_HEADER_FIELDS)
 
 
@@ -382,6 +391,7 @@ class ResultsLog:
                                   f"a second header (the file's header is line {self._header_line}): "
                                   "two results logs joined into one? refusing to mix their points "
                                   "(split the file at this line)")
+            self._check_header(rec, line)
             self.header, self._header_line = rec, line
         elif kind == "ready":
             try:
@@ -396,6 +406,15 @@ class ResultsLog:
             self.points[rec["key"]] = self._decode(rec, f"line {line}.signature")
         else:
             raise FormatError(str(self.path), f"line {line}.kind", f"unknown kind {kind!r}")
+
+    def _check_header(self, rec: Mapping[str, Any], line: int) -> None:
+        """The header's shape (:class:`frontier.format_models.ResultsHeader`); a header of a
+        writer before ``format`` may lack it (and ``kappas``, ``protocol``, ``host``)."""
+        from frontier.format_models import ResultsHeader
+
+        file = str(self.path or "<results>")
+        _, body = content(file, rec, "results", required=False)
+        validate(ResultsHeader, body, file, prefix=f"line {line}")
 
     def _check_key(self, key: Any, line: int) -> None:
         """A point's key must be ``[element, κ, ω]`` of the header's element."""

@@ -68,6 +68,7 @@ from pathlib import Path
 from typing import Any
 
 from frontier.errors import EnergyCalculusError, FormatError
+from frontier.formats import KINDS, content
 from frontier.io import check_own_path
 from frontier.operating_point import OperatingPoint
 from frontier.signature import Signature
@@ -717,8 +718,11 @@ def import_signature_file(store: ResultsStore, path: str | os.PathLike, *,
     return len(sigs)
 
 
-#: Format of the ``store`` block of a signature file exported from a store.
-EXPORT_FORMAT = "energy-calculus/store-export"
+#: Format of a signature file exported from a store (``ecal.store-export/1``).
+EXPORT_FORMAT = KINDS["store-export"].tag
+#: Before ``ecal.store-export/1``: an export was a signature file (``schema_version`` 1) whose
+#: ``store`` block said ``"format": "energy-calculus/store-export", "version": 1`` (still read).
+LEGACY_EXPORT_FORMAT = "energy-calculus/store-export"
 #: The key fields an export's ``store`` block records per signature (with campaign and unit).
 KEY_FIELDS = ("element", "kappa", "theta", "omega", "gpu_model", "uuid", "driver", "protocol",
               "host")
@@ -729,9 +733,10 @@ def export_signature_file(store: ResultsStore, path: str | os.PathLike, *,
                           uuid: str | None = None, host: str | None = None) -> int:
     """Write the store's points (filtered) as a signature file keyed ``element@κ@ω`` like
     ``ecal characterize -o`` (``@<uuid>`` added where several cards measured one point),
-    atomically. A top-level ``store`` block (``format`` :data:`EXPORT_FORMAT`; readers of
-    signature files ignore it) records each signature's store key and campaign unit, so
-    :func:`read_points` restores the very rows. Returns how many were written."""
+    atomically, as ``"format": "ecal.store-export/1"`` (a signature file every reader of
+    signature files takes). Its ``store`` block records each signature's store key and
+    campaign unit, so :func:`read_points` restores the very rows. Returns how many were
+    written."""
     from frontier.io import save_signatures
 
     rows = store.rows(element=element, gpu_model=gpu_model, uuid=uuid, host=host)
@@ -750,7 +755,7 @@ def export_signature_file(store: ResultsStore, path: str | os.PathLike, *,
     keys = {k: {**dict(zip(KEY_FIELDS, r.key.as_tuple())), "campaign": r.campaign, "unit": r.unit}
             for k, r in keyed.items()}
     save_signatures(path, {k: r.signature for k, r in keyed.items()},
-                    extra={"store": {"format": EXPORT_FORMAT, "version": 1, "keys": keys}})
+                    extra={"store": {"keys": keys}}, kind="store-export")
     return len(keyed)
 
 
@@ -936,19 +941,14 @@ def _signature_file_points(p: str) -> PointsRead:
                 s = signature_from_dict(body, p, f"{at}signatures[{j}]")
                 pts.append(FilePoint(_renamed(s, d.get("element")), {}, where=f"{at}signatures[{j}]"))
         return PointsRead(p, "signatures", tuple(pts))
-    if fmt is not None:
+    if fmt is not None and _signature_kind(fmt) is None:
         raise FormatError(p, "format", f"{fmt!r} is not a file of signatures")
-    sigs = load_signatures(p)
-    block = doc.get("store")
-    keys = block.get("keys") if isinstance(block, dict) and block.get("format") == EXPORT_FORMAT else {}
-    if not isinstance(keys, dict):
-        raise FormatError(p, "store.keys", "must be an object")
+    sigs = load_signatures(p)       # checks the identity and the shape (its kind's model)
+    keys = _export_keys(p, doc)
     pts = []
     for name, s in sigs.items():
         s = _renamed(s, name.split("@", 1)[0])
         k = keys.get(name, {})
-        if not isinstance(k, dict) or not all(v is None or isinstance(v, str) for v in k.values()):
-            raise FormatError(p, f"store.keys.{name}", "must be an object of strings")
         fields = {f: k.get(f) for f in KEY_FIELDS[4:]}
         pt = FilePoint(s, fields, k.get("campaign"), k.get("unit"), f"signatures.{name}")
         if k and pt.recorded_key().as_tuple()[:4] != tuple(k.get(f) for f in KEY_FIELDS[:4]):
@@ -956,6 +956,32 @@ def _signature_file_points(p: str) -> PointsRead:
                                                        "kappa, theta or omega differ)")
         pts.append(pt)
     return PointsRead(p, "signatures", tuple(pts))
+
+
+def _signature_kind(tag: Any) -> str | None:
+    """The kind of signature file a ``format`` value names (None: not one)."""
+    from frontier.io import SIGNATURE_KINDS
+
+    return next((k for k in SIGNATURE_KINDS if isinstance(tag, str)
+                 and tag.startswith(f"ecal.{k}/")), None)
+
+
+def _export_keys(p: str, doc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The store keys by signature name of an export (``ecal.store-export/1``, or an older
+    signature file whose ``store`` block says :data:`LEGACY_EXPORT_FORMAT`); ``{}`` for any
+    other signature file. The block's shape is :class:`frontier.format_models.StoreExportBlock`."""
+    from frontier.format_models import StoreExportBlock
+    from frontier.formats import validate
+
+    block = doc.get("store")
+    if _signature_kind(doc.get("format")) == "store-export":
+        body = block
+    elif isinstance(block, dict) and block.get("format") == LEGACY_EXPORT_FORMAT:
+        _, body = content(p, block, "store-export")
+    else:
+        return {}
+    m = validate(StoreExportBlock, body, p, prefix="store")
+    return {name: k.model_dump(exclude_unset=True) for name, k in m.keys.items()}
 
 
 def default_host() -> str:

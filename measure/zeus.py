@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from frontier.errors import FormatError
+from frontier.formats import check_format
 from frontier.io import check_unique_rows, csv_number, read_csv
 from frontier.operating_point import OperatingPoint
 from frontier.signature import Signature
@@ -227,28 +228,39 @@ def _rank_order(devices: Sequence[str], ranks: Any) -> list[str]:
     return list(devices)
 
 
+def _plan_kind(doc: Any, file: str) -> str:
+    """``"schedule"`` or ``"plan"``: which of the two files ``doc`` is, in its current form or
+    an older one (:func:`frontier.formats.check_format`); a one-line error otherwise."""
+    for kind in ("schedule", "plan"):
+        try:
+            check_format(file, doc, kind)
+        except FormatError:
+            continue
+        return kind
+    raise FormatError(file, "format", "expected an ecal.schedule/1 file (ecal plan --schedule) "
+                                      "or an ecal.plan/1 plan (ecal plan -o)")
+
+
 def pfo_frequencies(doc: Mapping[str, Any], file: str = "<plan>") -> PFOSchedule:
     """The PFO form of an ``ecal.schedule/1`` document or an ``ecal.plan/1`` plan (tasks
     grouped per device, in start order). Ranks follow the schedule's ``ranks`` list, else
     ``stage{N}`` order, else file order."""
     per_dev: dict[str, list[Mapping[str, Any]]] = {}
     ranks = None
-    if doc.get("format") == "ecal.schedule/1":
+    kind = _plan_kind(doc, file)
+    if kind == "schedule":
         devs = doc.get("devices")
         if not isinstance(devs, Mapping) or not devs:
             raise FormatError(file, "devices", "expected a non-empty object of device -> tasks")
         per_dev = {d: list(v) for d, v in devs.items()}
         ranks = doc.get("ranks")
-    elif doc.get("schema_version") == "ecal.plan/1":
+    else:
         tasks = doc.get("tasks")
         if not isinstance(tasks, list) or not tasks:
             raise FormatError(file, "tasks", "expected a non-empty list")
         for t in sorted(tasks, key=lambda t: (str(t.get("device")), float(t.get("start_s", 0.0)))):
             per_dev.setdefault(str(t.get("device")), []).append(
                 {"task": t.get("name"), "sm_clock_mhz": t.get("sm_clock_mhz")})
-    else:
-        raise FormatError(file, "format", "expected an ecal.schedule/1 file (ecal plan --schedule) "
-                                          "or an ecal.plan/1 plan (ecal plan -o)")
     dropped: dict[str, set[str]] = defaultdict(set)
     no_clock = 0
     out = []

@@ -32,7 +32,8 @@ from .model import (
     Task,
 )
 from .options import LimitOptions, SolveOptions
-from .pipeline import load_perseus_profile, one_f_one_b, stage_order
+from .perseus import load_perseus_profile
+from .pipeline import one_f_one_b, stage_order
 from .plan import ParetoCurve, Plan, PlanTerms, TaskPlan, plan_terms
 from .solve import METHODS, pick_method, solve
 

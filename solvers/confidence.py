@@ -32,13 +32,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from statistics import NormalDist
 from typing import Any
 
-from .feasibility import meets_deadline
+from .feasibility import meets_deadline, p_meets
 from .model import InfeasibleError, Problem
-from .plan import Plan
+from .plan import Plan, format_probability
 
 #: The default confidence of ``ecal plan`` and ``ecal pareto``.
 DEFAULT_CONFIDENCE = 0.95
@@ -60,14 +60,6 @@ def z_of(confidence: float) -> float:
     if not (0.5 <= p < 1.0) or math.isnan(p):
         raise ValueError(f"confidence must be in [0.5, 1), got {confidence!r}")
     return 0.0 if p == 0.5 else NormalDist().inv_cdf(p)
-
-
-def p_meets(deadline_s: float, makespan_s: float, sd_makespan_s: float) -> float:
-    """P(T ≤ D) = Φ((D − T)/σ_T) for a makespan predicted as ``makespan_s`` ± ``sd_makespan_s``;
-    σ_T = 0: 1.0 when the makespan meets the deadline (:func:`meets_deadline`), else 0.0."""
-    if not sd_makespan_s > 0:
-        return 1.0 if meets_deadline(makespan_s, deadline_s) else 0.0
-    return NormalDist().cdf((deadline_s - makespan_s) / sd_makespan_s)
 
 
 def holds(plan: Plan, deadline_s: float, z: float) -> bool:
@@ -183,34 +175,6 @@ def solve_at_confidence(problem: Problem, deadline: float | str,
                          max_rounds=max_rounds)
 
 
-def deadline_lines(plan: Plan) -> list[str]:
-    """The plan summary's deadline lines: the deadline and P(makespan ≤ deadline); with a
-    confidence, what was asked and the tightened deadline the method solved."""
-    c = plan.meta.get("confidence") if isinstance(plan.meta, Mapping) else None
-    D = plan.target_deadline_s
-    p = plan.p_meets_deadline
-    head = f"  deadline   {D * 1e3:10.3f} ms   P(makespan <= deadline) {_p(p, plan.sd_makespan_s)}"
-    if not isinstance(c, Mapping):
-        return [head]
-    lines = [f"{head} (asked: {c['confidence']:g}, makespan + {c['z']:.3f}·σ_T <= deadline)"]
-    if plan.deadline_s < D:
-        lines.append(f"  solved at  {plan.deadline_s * 1e3:10.3f} ms   (tightened to keep the deadline "
-                     f"at {c['confidence']:g}: the method, bound and gap below are for this one)")
-    return lines
-
-
-def _p(p: float, sd_s: float) -> str:
-    """P to 4 places: 1.0 and 0.0 only when σ_T is 0 (certain in the model), else never
-    rounded to a certainty it is not."""
-    if not sd_s > 0:
-        return f"{p:.1f}"
-    if p > 0.99995:
-        return ">0.9999"
-    if p < 0.00005:
-        return "<0.0001"
-    return f"{p:.4f}"
-
-
 def curve_rows(curve: Any, confidence: float) -> list[dict[str, float]]:
     """Per grid plan of a curve: its deadline, makespan ± σ_T, the deadline it meets at
     ``confidence`` (makespan + z·σ_T) and P(makespan ≤ its deadline)."""
@@ -235,9 +199,9 @@ def curve_lines(curve: Any, confidence: float, max_rows: int = 12) -> list[str]:
     for i in idx:
         r = rows[i]
         out.append(f"  {r['makespan_s'] * 1e3:12.3f} {r['sd_makespan_s'] * 1e3:8.3f} "
-                   f"{r['deadline_at_confidence_s'] * 1e3:12.3f} {_p(r['p_meets_deadline'], r['sd_makespan_s']):>14}")
+                   f"{r['deadline_at_confidence_s'] * 1e3:12.3f} {format_probability(r['p_meets_deadline'], r['sd_makespan_s']):>14}")
     return out
 
 
-__all__ = ["DEFAULT_CONFIDENCE", "z_of", "p_meets", "holds", "keep_deadline",
-           "solve_at_confidence", "deadline_lines", "curve_rows", "curve_lines"]
+__all__ = ["DEFAULT_CONFIDENCE", "z_of", "holds", "keep_deadline", "solve_at_confidence",
+           "curve_rows", "curve_lines"]

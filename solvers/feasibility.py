@@ -19,6 +19,7 @@ feasible plan with :func:`check_bound`. One tolerance each, stated here:
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 from frontier.errors import InternalError
 
@@ -63,3 +64,11 @@ def check_bound(lower_bound_j: float, energy_j: float, what: str = "plan") -> No
 def bound_proves(lower_bound_j: float, energy_j: float) -> bool:
     """Whether a valid lower bound closes the gap to ``energy_j`` (within :data:`PROOF_REL_TOL`)."""
     return math.isfinite(lower_bound_j) and lower_bound_j >= energy_j - PROOF_REL_TOL * max(abs(energy_j), 1.0)
+
+
+def p_meets(deadline_s: float, makespan_s: float, sd_makespan_s: float) -> float:
+    """P(T ≤ D) = Φ((D − T)/σ_T) for a makespan predicted as ``makespan_s`` ± ``sd_makespan_s``;
+    σ_T = 0: 1.0 when the makespan meets the deadline (:func:`meets_deadline`), else 0.0."""
+    if not sd_makespan_s > 0:
+        return 1.0 if meets_deadline(makespan_s, deadline_s) else 0.0
+    return NormalDist().cdf((deadline_s - makespan_s) / sd_makespan_s)

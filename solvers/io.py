@@ -1,9 +1,10 @@
 """Problem files: a Perseus profile CSV or the JSON problem format below.
 
-JSON problem format (``schema_version: "ecal.problem/1"``)::
+JSON problem format (``"format": "ecal.problem/1"``; older files with
+``"schema_version": "ecal.problem/1"`` read too)::
 
     {
-      "schema_version": "ecal.problem/1",
+      "format": "ecal.problem/1",
       "name": "two-gpus",
       "devices": {
         "gpu0": {"idle_power_w": 75.0,
@@ -34,7 +35,7 @@ per device: ``{"constant": {...}}`` or a ``frontier.transition.TransitionTable``
 iteration of a loop, and each device's switch from its last task back to its first is charged
 (:class:`solvers.model.Problem`).
 A Perseus CSV (``stage,instruction,frequency,time,energy``) becomes a 1F1B problem
-(:func:`read_perseus_profile`, then :func:`solvers.pipeline.one_f_one_b`; options
+(:func:`solvers.perseus.read_perseus_profile`, then :func:`solvers.pipeline.one_f_one_b`; options
 ``p2p_power_w``, ``n_microbatches``, ``transitions``).
 
 Bad input is a :class:`~frontier.errors.FormatError` naming the file and the field (JSON path,
@@ -51,24 +52,19 @@ from collections.abc import Mapping
 from typing import Any
 
 from frontier.errors import EnergyCalculusError, FormatError
+from frontier.formats import KINDS, check_format
 from frontier.io import (
-    check_unique_rows,
-    csv_number,
     number_field,
-    read_csv,
     read_json,
     write_json_atomic,
 )
-from frontier.operating_point import OperatingPoint
 from frontier.transition import TransitionTable
 
 from .limits import check_tasks
-from .model import ConstantTransition, Option, Problem
+from .model import ConstantTransition, Problem
 from .options import DEFAULT_MAX_TASKS
-from .pipeline import INSTRUCTIONS, one_f_one_b, pipeline_task_count
+from .perseus import load_perseus_profile
 
-PROBLEM_SCHEMA = "ecal.problem/1"
-PERSEUS_COLUMNS = ("stage", "instruction", "frequency", "time", "energy")
 #: Numeric fields of a problem option, and whether they may be negative.
 _OPTION_NUMBERS = {"time_s": False, "energy_j": False, "s_w": False, "d_j": True,
                    "sd_time_s": False, "sd_energy_j": False, "var_time_s2": False,
@@ -104,8 +100,7 @@ def problem_from_dict(d: Any, file: str = "<dict>", *,
     :class:`~solvers.model.ProblemTooLargeError` before any task is built."""
     if not isinstance(d, Mapping):
         raise FormatError(file, "$", "a problem must be a JSON object")
-    if d.get("schema_version") != PROBLEM_SCHEMA:
-        raise FormatError(file, "schema_version", f"expected {PROBLEM_SCHEMA!r}, got {d.get('schema_version')!r}")
+    check_format(file, d, "problem")
     devs = d.get("devices", {})
     if not isinstance(devs, Mapping):
         raise FormatError(file, "devices", "must be an object keyed by device name")
@@ -179,84 +174,6 @@ def _check_terms(file: str, path: str, terms: Any) -> None:
             number_field(file, f"{path}.{k}.{f}", t[f], nonneg=not signed)
 
 
-def _perseus_stage(file: str, row: Any) -> int:
-    text = row["stage"].strip()
-    try:
-        st = int(text)
-    except ValueError:
-        raise FormatError(file, f"line {row.line}, column stage", f"not an integer: {text!r}") from None
-    if st < 0:
-        raise FormatError(file, f"line {row.line}, column stage", f"must be >= 0, got {st}")
-    return st
-
-
-def read_perseus_profile(path: str | os.PathLike, p2p_power_w: float = 75.0) -> dict[tuple[int, str], list[Option]]:
-    """Options per (stage, instruction) from a Perseus profile CSV, as
-    :func:`solvers.pipeline.read_perseus_csv` gives them, read strictly: UTF-8 with or without
-    a BOM, finite frequency and time > 0 and energy >= 0, one row per (stage, instruction,
-    frequency). Errors are one-line :class:`FormatError` naming the file, line and column."""
-    file = str(path)
-    p2p = _option_value(file, "p2p_power_w", p2p_power_w)
-    _, rows = read_csv(file, PERSEUS_COLUMNS)
-    out: dict[tuple[int, str], list[Option]] = {}
-    keyed = []
-    for r in rows:
-        st = _perseus_stage(file, r)
-        inst = r["instruction"].strip()
-        if inst not in INSTRUCTIONS:
-            raise FormatError(file, f"line {r.line}, column instruction",
-                              f"expected forward/backward, got {inst!r}")
-        f = csv_number(file, r, "frequency")
-        t = csv_number(file, r, "time")
-        e = csv_number(file, r, "energy", strict=False)
-        keyed.append((r, (st, inst, f), f"stage {st} {inst} at {f:g} MHz"))
-        d = e - p2p * t
-        if d < 0:
-            if d < -1e-6 * e:
-                raise FormatError(file, f"line {r.line}, column energy", f"E = {e} J is below the "
-                                  f"P2P-blocking power × time = {p2p * t:.6g} J")
-            d = 0.0
-        out.setdefault((st, inst), []).append(
-            Option(t, p2p, d, omega=OperatingPoint(sm_clock_mhz=f), key=f"s{st}/{inst}@{f:g}",
-                   label=f"{f:g}MHz"))
-    check_unique_rows(file, keyed, "stage, instruction and frequency")
-    if not out:
-        raise FormatError(file, "$", "no rows")
-    stages = sorted({s for s, _ in out})
-    if stages != list(range(len(stages))):
-        raise FormatError(file, "stage", f"stages must be 0..S-1, got {stages}")
-    for s in stages:
-        for inst in INSTRUCTIONS:
-            if (s, inst) not in out:
-                raise FormatError(file, f"stage {s}", f"no {inst} rows")
-    return out
-
-
-def _option_value(file: str, what: str, v: Any) -> float:
-    try:
-        return number_field(file, what, v)
-    except FormatError as exc:   # an option given with the file, not a field in it
-        raise FormatError(file, f"option {what}", exc.problem) from None
-
-
-def load_perseus_csv(path: str | os.PathLike, p2p_power_w: float = 75.0,
-                     n_microbatches: int | None = None, transitions: Any = None,
-                     max_tasks: int | None = DEFAULT_MAX_TASKS) -> Problem:
-    """A 1F1B Problem from a Perseus profile CSV read by :func:`read_perseus_profile`; the
-    same problem :func:`solvers.pipeline.load_perseus_profile` builds from a clean file.
-    More than ``max_tasks`` tasks (stages × 2 × microbatches; None: no limit) raise
-    :class:`~solvers.model.ProblemTooLargeError` before any task is built."""
-    prof = read_perseus_profile(path, p2p_power_w)
-    n_stages = 1 + max(s for s, _ in prof)
-    if n_microbatches is not None and (isinstance(n_microbatches, bool) or not isinstance(n_microbatches, int)
-                                       or n_microbatches < 1):
-        raise FormatError(str(path), "option n_microbatches", f"must be an integer >= 1, got {n_microbatches!r}")
-    n_mb = n_microbatches or 2 * n_stages
-    name = f"{os.path.basename(str(path))}:1f1b-{n_stages}x{n_mb}"
-    check_tasks(pipeline_task_count(n_stages, n_mb), max_tasks, f"{path}: 1f1b {n_stages}x{n_mb}")
-    return one_f_one_b(n_stages, n_mb, prof, float(p2p_power_w), transitions, name, max_tasks=max_tasks)
-
-
 def problem_to_dict(p: Problem) -> dict[str, Any]:
     """The JSON problem format of ``p`` (transition rules with a ``to_dict``)."""
     devs: dict[str, Any] = {}
@@ -276,7 +193,7 @@ def problem_to_dict(p: Problem) -> dict[str, Any]:
                 od.update(o.terms.to_dict())
             opts.append(od)
         tasks.append({"name": t.name, "device": t.device, "options": opts})
-    out = {"schema_version": PROBLEM_SCHEMA, "name": p.name, "devices": devs, "tasks": tasks,
+    out = {"format": KINDS["problem"].tag, "name": p.name, "devices": devs, "tasks": tasks,
            "edges": [list(e) for e in p.edges]}
     if p.steady_state:           # only when set: files without it read as before
         out["steady_state"] = True
@@ -290,12 +207,12 @@ def save_problem(p: Problem, path: str | os.PathLike) -> None:
 
 def load_problem(path: str | os.PathLike, *, max_tasks: int | None = DEFAULT_MAX_TASKS,
                  **opts: Any) -> Problem:
-    """Load a Perseus profile CSV (``**opts`` go to :func:`load_perseus_csv`) or a JSON problem;
+    """Load a Perseus profile CSV (``**opts`` go to :func:`solvers.perseus.load_perseus_profile`) or a JSON problem;
     more than ``max_tasks`` tasks (None: no limit) raise
     :class:`~solvers.model.ProblemTooLargeError` before any task is built."""
     file = str(path)
     if file.lower().endswith(".csv"):
-        return load_perseus_csv(file, max_tasks=max_tasks, **opts)
+        return load_perseus_profile(file, max_tasks=max_tasks, **opts)
     if opts:
         raise FormatError(file, "$", f"options {sorted(opts)} apply to Perseus CSV profiles only")
     return problem_from_dict(read_json(file), file, max_tasks=max_tasks)

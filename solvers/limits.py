@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from .model import ProblemTooLargeError
+from .errors import ProblemTooLargeError
 from .options import LimitOptions
 
 #: The absolute end (``time.perf_counter()``) of the innermost wall-clock net, or None.

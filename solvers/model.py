@@ -32,37 +32,16 @@ from typing import Any
 import numpy as np
 
 from frontier.dag import find_cycle
-from frontier.errors import EnergyCalculusError, InputError
+from frontier.errors import EnergyCalculusError
 from frontier.operating_point import OperatingPoint
 from frontier.signature import Signature, Term
 
+from .errors import InfeasibleError, ProblemError, ProblemTooLargeError, SolverUnavailableError
+from .feasibility import meets_deadline
+from .limits import check_tasks
 
-class ProblemError(InputError):
-    """The problem is malformed (cycle, unknown task or device, empty options, NaN, ...)."""
-
-
-class InfeasibleError(InputError):
-    """No assignment meets the deadline. ``fastest_makespan_s`` says what is achievable."""
-
-    def __init__(self, message: str, fastest_makespan_s: float):
-        self.fastest_makespan_s = fastest_makespan_s
-        super().__init__(message)
-
-
-class ProblemTooLargeError(InputError):
-    """A problem (or a curve) is over a size limit (:class:`solvers.options.LimitOptions`),
-    found before anything is allocated for it. ``size`` and ``limit`` say by how much; the
-    message names ``--max-tasks`` (the command line) and ``max_tasks=`` (Python), which raise
-    the limit."""
-
-    def __init__(self, message: str, size: int = 0, limit: int = 0):
-        self.size, self.limit = size, limit
-        super().__init__(message)
-
-
-class SolverUnavailableError(EnergyCalculusError):
-    """No MILP solver is available to PuLP (PuLP 4 ships none: ``pip install 'pulp[cbc]'`` or
-    ``highspy``)."""
+__all__ = ["Problem", "Task", "Option", "LeafTerms", "ConstantTransition", "ProblemError",
+           "InfeasibleError", "ProblemTooLargeError", "SolverUnavailableError", "constant_switch"]
 
 
 @dataclass(frozen=True)
@@ -100,6 +79,9 @@ class LeafTerms(Mapping[str, Term]):
     """
 
     __slots__ = ("_terms", "extra_var_time_s2", "extra_var_energy_j2")
+    _terms: dict[str, Term]
+    extra_var_time_s2: float
+    extra_var_energy_j2: float
 
     def __init__(self, terms: Mapping[str, Term] | Iterable[tuple[str, Term]] = (),
                  extra_var_time_s2: float = 0.0, extra_var_energy_j2: float = 0.0):
@@ -399,13 +381,9 @@ class Problem:
         1.0
         """
         if max_tasks is not None and hasattr(tasks, "__len__"):   # before a copy is made
-            from .limits import check_tasks  # (it imports this module)
-
             check_tasks(len(tasks), max_tasks, name)
         items = [(k, *v) for k, v in tasks.items()] if isinstance(tasks, Mapping) else list(tasks)
         if max_tasks is not None:
-            from .limits import check_tasks
-
             check_tasks(len(items), max_tasks, name)
         ts = []
         for it in items:
@@ -504,17 +482,6 @@ class Problem:
         object.__setattr__(self, "_fastest_plan_choice", np.asarray(best_ch, dtype=int))
         return np.array(best_ch, dtype=int)
 
-    def plan_terms(self, choice: Sequence[int], path: Sequence[bool],
-                   devices: Sequence[str] | None = None) -> Any:
-        """Per-leaf sensitivities of the energy of ``devices`` and of the end of ``path``
-        under ``choice`` (:func:`solvers.plan.plan_terms`; ``.variances()`` gives σ²). Here so
-        that code reading a problem by its attributes (``measure.execute``) gets the plan's
-        own uncertainty without importing ``solvers``."""
-        # lazy: solvers.plan imports this module
-        from .plan import plan_terms
-
-        return plan_terms(self, choice, path, devices)
-
     def deadline_s(self, deadline: float | str) -> float:
         """Resolve a deadline: seconds, or ``"1.05x"`` (a factor of the fastest makespan)."""
         if isinstance(deadline, str):
@@ -532,9 +499,7 @@ class Problem:
 
     def check_feasible(self, deadline_s: float) -> None:
         """Raise :class:`InfeasibleError` when ``deadline_s`` is below the fastest makespan."""
-        from .feasibility import meets_deadline  # the one feasibility predicate
-
-        fm = self.fastest_makespan_s()
+        fm = self.fastest_makespan_s()   # meets_deadline: the one feasibility predicate
         if not meets_deadline(fm, deadline_s):
             raise InfeasibleError(
                 f"{self.name}: deadline {deadline_s:.6g} s is below the fastest achievable "
@@ -762,7 +727,8 @@ class _Index:
         start, end = self.earliest(self.durations(choice), self.switch_tau(choice))
         return np.array(start), np.array(end), max(end) if self.n else 0.0
 
-    def critical_chain(self, start: Sequence[float], end: Sequence[float], tau: Sequence[float],
+    def critical_chain(self, start: Sequence[float] | np.ndarray, end: Sequence[float] | np.ndarray,
+                       tau: Sequence[float] | np.ndarray,
                        last: int | None = None) -> list[int]:
         """Tasks on one critical chain of a schedule, from ``last`` (default: the task that ends
         last) back to a task that starts at 0 (or after its steady-state wrap switch), walking

@@ -119,7 +119,8 @@ class SearchOptions:
     @property
     def settings(self) -> SearchSettings:
         """This search as a portfolio member (caps, seed, the whole budget)."""
-        return SearchSettings(tuple(self.caps), int(self.seed))
+        per_option, overall = self.caps
+        return SearchSettings((int(per_option), int(overall)), int(self.seed))
 
     def final_shares(self, first: int = 0) -> float:
         """The work shares of :attr:`final_stages` from stage ``first`` on, summed."""

@@ -46,7 +46,6 @@ MemoryError.
 from __future__ import annotations
 
 import inspect
-import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -313,26 +312,3 @@ def _keyed(o: Any, prefix: str, inst: str, j: int) -> Any:
     if isinstance(o, Mapping) and "key" not in o:
         return {**o, "key": f"{prefix}/{inst}#{j}"}
     return o
-
-
-def read_perseus_csv(path: str | os.PathLike, p2p_power_w: float = 75.0) -> dict[tuple[int, str], list[Option]]:
-    """Options per (stage, instruction) from a Perseus profile CSV (see module docstring).
-
-    Read strictly by :func:`solvers.io.read_perseus_profile` (BOM accepted; duplicate rows,
-    binary files and bad numbers are one-line :class:`FormatError` naming file and line)."""
-    from .io import read_perseus_profile  # lazy: solvers.io imports this module
-
-    return read_perseus_profile(path, p2p_power_w)
-
-
-def load_perseus_profile(path: str | os.PathLike, p2p_power_w: float = 75.0,
-                         n_microbatches: int | None = None, transitions: Any = None,
-                         max_tasks: int | None = DEFAULT_MAX_TASKS) -> Problem:
-    """A 1F1B Problem from a Perseus profile CSV. ``n_microbatches`` defaults to 2 × stages
-    (the 4×8 layout of Perseus' examples); ``max_tasks``: see :func:`pipeline`."""
-    prof = read_perseus_csv(path, p2p_power_w)
-    n_stages = 1 + max(s for s, _ in prof)
-    n_mb = n_microbatches or 2 * n_stages
-    name = f"{os.path.basename(str(path))}:1f1b-{n_stages}x{n_mb}"
-    check_tasks(pipeline_task_count(n_stages, n_mb), max_tasks, f"{name}")
-    return one_f_one_b(n_stages, n_mb, prof, p2p_power_w, transitions, name, max_tasks=max_tasks)

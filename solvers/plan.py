@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from frontier.errors import FormatError
+from frontier.formats import KINDS, check_format
 from frontier.io import read_json, write_json_atomic
 from frontier.signature import Term, variances_from_terms
 
@@ -22,11 +23,9 @@ from .feasibility import (
     check_bound,
     latest_makespan_s,
     meets_deadline,
+    p_meets,
 )
 from .model import InfeasibleError, Problem
-
-PLAN_SCHEMA = "ecal.plan/1"
-CURVE_SCHEMA = "ecal.pareto/1"
 
 
 @dataclass(frozen=True)
@@ -100,15 +99,11 @@ class Plan:
     @property
     def p_meets_deadline(self) -> float:
         """P(makespan ≤ :attr:`target_deadline_s`) = Φ((D − T)/σ_T) from the propagated σ_T
-        (σ_T = 0: 1.0 or 0.0); :func:`solvers.confidence.p_meets`."""
-        from .confidence import p_meets
-
+        (σ_T = 0: 1.0 or 0.0); :func:`solvers.feasibility.p_meets`."""
         return p_meets(self.target_deadline_s, self.makespan_s, self.sd_makespan_s)
 
     def summary(self) -> str:
         """A short human table."""
-        from .confidence import deadline_lines
-
         per_dev: dict[str, list[str]] = {}
         for t in self.tasks:
             per_dev.setdefault(t.device, []).append(t.label)
@@ -140,9 +135,10 @@ class Plan:
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (``schema_version`` ``ecal.plan/1``)."""
-        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("tasks", "meta")}
-        d["schema_version"] = PLAN_SCHEMA
+        """JSON-ready dict (``"format": "ecal.plan/1"``)."""
+        d: dict[str, Any] = {"format": KINDS["plan"].tag}
+        d.update({k: getattr(self, k) for k in self.__dataclass_fields__
+                  if k not in ("tasks", "meta")})
         d["p_meets_deadline"] = self.p_meets_deadline
         d["meta"] = dict(self.meta)
         d["tasks"] = [dict(vars(t)) for t in self.tasks]
@@ -150,11 +146,11 @@ class Plan:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], file: str = "<dict>") -> Plan:
-        """Inverse of :meth:`to_dict`; errors name the file and field."""
+        """Inverse of :meth:`to_dict`; errors name the file and field. Older plans
+        (``"schema_version": "ecal.plan/1"``) read too."""
         if not isinstance(d, Mapping):
             raise FormatError(file, "$", "a plan must be a JSON object")
-        if d.get("schema_version") != PLAN_SCHEMA:
-            raise FormatError(file, "schema_version", f"expected {PLAN_SCHEMA!r}, got {d.get('schema_version')!r}")
+        check_format(file, d, "plan")
         kw: dict[str, Any] = {}
         for k in cls.__dataclass_fields__:
             if k in ("tasks", "meta"):
@@ -527,13 +523,13 @@ class ParetoCurve:
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (``schema_version`` ``ecal.pareto/1``). Each dense point carries its
+        """JSON-ready dict (``"format": "ecal.pareto/1"``). Each dense point carries its
         ``choice`` (option index per task, in the order of the plans' tasks) when kept."""
         dense = [{"makespan_s": m, "energy_j": e, "bound_j": b} for m, e, b in self.dense]
         if self.dense_choices is not None:
             for x, row in zip(dense, self.dense_choices.tolist()):
                 x["choice"] = row
-        return {"schema_version": CURVE_SCHEMA, "problem": self.problem, "method": self.method,
+        return {"format": KINDS["pareto"].tag, "problem": self.problem, "method": self.method,
                 "wall_s": self.wall_s, "exact": self.exact, "time_capped": self.time_capped,
                 "plans": [p.to_dict() for p in self.plans], "dense": dense}
 
@@ -541,8 +537,7 @@ class ParetoCurve:
     def from_dict(cls, d: Mapping[str, Any], file: str = "<dict>") -> ParetoCurve:
         """Inverse of :meth:`to_dict` (dense points without ``choice``, from older files, read
         as points without choices)."""
-        if not isinstance(d, Mapping) or d.get("schema_version") != CURVE_SCHEMA:
-            raise FormatError(file, "schema_version", f"expected {CURVE_SCHEMA!r}")
+        check_format(file, d, "pareto")
         plans = tuple(Plan.from_dict(p, f"{file}:plans[{i}]") for i, p in enumerate(d.get("plans", [])))
         raw = d.get("dense", [])
         try:
@@ -579,3 +574,31 @@ class ParetoCurve:
 #: An interpolated point's rebuilt Plan must reproduce its reported energy to this relative
 #: precision (both sum the same terms in another order: float rounding only).
 _SAME_ENERGY_REL = 1e-9
+
+
+def deadline_lines(plan: Plan) -> list[str]:
+    """The plan summary's deadline lines: the deadline and P(makespan ≤ deadline); with a
+    confidence, what was asked and the tightened deadline the method solved."""
+    c = plan.meta.get("confidence") if isinstance(plan.meta, Mapping) else None
+    D = plan.target_deadline_s
+    p = plan.p_meets_deadline
+    head = f"  deadline   {D * 1e3:10.3f} ms   P(makespan <= deadline) {format_probability(p, plan.sd_makespan_s)}"
+    if not isinstance(c, Mapping):
+        return [head]
+    lines = [f"{head} (asked: {c['confidence']:g}, makespan + {c['z']:.3f}·σ_T <= deadline)"]
+    if plan.deadline_s < D:
+        lines.append(f"  solved at  {plan.deadline_s * 1e3:10.3f} ms   (tightened to keep the deadline "
+                     f"at {c['confidence']:g}: the method, bound and gap below are for this one)")
+    return lines
+
+
+def format_probability(p: float, sd_s: float) -> str:
+    """P to 4 places: 1.0 and 0.0 only when σ_T is 0 (certain in the model), else never
+    rounded to a certainty it is not."""
+    if not sd_s > 0:
+        return f"{p:.1f}"
+    if p > 0.99995:
+        return ">0.9999"
+    if p < 0.00005:
+        return "<0.0001"
+    return f"{p:.4f}"

@@ -41,12 +41,32 @@ class FakeStream:
         self.sm_ids = sm_ids
         self.handle = next(self._ids)
         self._calls = calls
+        FakeStream.by_handle[self.handle] = self
+
+    #: every stream made, by handle (an ``ExternalStream`` of a driver stream wraps it)
+    by_handle: dict[int, FakeStream] = {}
 
     def wait_stream(self, other: Any) -> None:
         self._calls.append(("wait_stream", self.handle, getattr(other, "handle", None)))
 
+    def wait_event(self, event: Any) -> None:
+        self._calls.append(("wait_event", self.handle, event.handle))
+
     def __int__(self) -> int:
         return self.handle
+
+
+class FakeEvent:
+    """A CUDA event; ``record`` notes the stream it was recorded on."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, calls: list) -> None:
+        self.handle = next(self._ids)
+        self._calls = calls
+
+    def record(self, stream: Any = None) -> None:
+        self._calls.append(("record", self.handle, getattr(stream, "handle", None)))
 
 
 def make_fake_torch(version: str = "2.9.1+cu128", cuda: str | None = "12.8", *,
@@ -59,7 +79,7 @@ def make_fake_torch(version: str = "2.9.1+cu128", cuda: str | None = "12.8", *,
     ``split_api``: ``GreenContext.split(num_sms=(...))`` gives disjoint contexts (torch's own
     split, CUDA 13.1+). ``fail_create``: every create raises RuntimeError with this text."""
     calls: list[tuple] = []
-    state = {"current": None}
+    state: dict[str, Any] = {"current": None, "context": None}
     default = FakeStream(frozenset(range(sm_total)), calls)
 
     class GreenContext:
@@ -84,9 +104,11 @@ def make_fake_torch(version: str = "2.9.1+cu128", cuda: str | None = "12.8", *,
             return GreenContext(num_sms=num_sms, device_id=device_id)
 
         def set_context(self) -> None:
+            state["context"] = self
             calls.append(("set_context", self.sm_count))
 
         def pop_context(self) -> None:
+            state["context"] = None
             calls.append(("pop_context", self.sm_count))
 
     if stream_api:
@@ -123,10 +145,21 @@ def make_fake_torch(version: str = "2.9.1+cu128", cuda: str | None = "12.8", *,
         return state["current"] or default
 
     def ExternalStream(handle: int, device: int | None = None) -> Any:   # noqa: N802
-        return types.SimpleNamespace(handle=int(handle), external=True, device=device)
+        inner = FakeStream.by_handle.get(int(handle))
+        return types.SimpleNamespace(handle=int(handle), external=True, device=device,
+                                     sm_ids=getattr(inner, "sm_ids", None),
+                                     wait_event=getattr(inner, "wait_event", None))
+
+    def Stream(device: int | None = None) -> FakeStream:   # noqa: N802 - torch's name
+        """A new stream: on the green context current at its creation, else the whole device."""
+        ctx = state["context"]
+        s = FakeStream(ctx.sm_ids if ctx is not None else frozenset(range(sm_total)), calls)
+        calls.append(("new_stream", len(s.sm_ids), s.handle))
+        return s
 
     cuda_ns = types.SimpleNamespace(
         stream=stream, current_stream=current_stream, ExternalStream=ExternalStream,
+        Stream=Stream, Event=lambda: FakeEvent(calls),
         is_available=lambda: True, synchronize=lambda device=None: calls.append(("synchronize",)),
         get_device_properties=lambda device=None: types.SimpleNamespace(multi_processor_count=sm_total))
     if green_contexts:

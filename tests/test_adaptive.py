@@ -20,7 +20,13 @@ from frontier.bounds import (
 from frontier.operating_point import OperatingPoint
 from frontier.pareto import pareto_frontier
 from frontier.signature import Signature
-from measure.adaptive import AdaptiveError, AdaptiveResult, characterize_adaptive, default_coarse
+from measure.adaptive import (
+    AdaptiveError,
+    AdaptiveOptions,
+    AdaptiveResult,
+    characterize_adaptive,
+    default_coarse,
+)
 from measure.grid import Grid
 from measure.replay import ReplayDevice
 from measure.sim import SimulatedGPU, preset
@@ -155,8 +161,8 @@ def _check_against_full(res: AdaptiveResult, full: dict[OperatingPoint, Signatur
 def test_adaptive_on_replayed_grid_never_skips_a_frontier_point_beyond_sigma():
     sigs = _model_grid()
     full = _full(sigs, "k")
-    res = characterize_adaptive("k", ReplayDevice(sigs), grid={"sm_clock_mhz": CLOCKS},
-                                coarse_grid=5)
+    res = characterize_adaptive("k", ReplayDevice(sigs),
+                                AdaptiveOptions(grid={"sm_clock_mhz": CLOCKS}, coarse_grid=5))
     assert len(res.signatures) + len(res.skipped) == len(CLOCKS)
     assert 0 < len(res.signatures) < len(CLOCKS)                 # it did skip something
     assert res.skipped_by_reason().get("dominated", 0) > 0       # the slow end below E_min
@@ -178,16 +184,16 @@ def test_adaptive_measures_where_data_break_convexity():
     # nothing is skipped wrongly
     sigs = _model_grid(wobble=0.03)
     full = _full(sigs, "k")
-    res = characterize_adaptive("k", ReplayDevice(sigs), grid={"sm_clock_mhz": CLOCKS},
-                                coarse_grid=5)
+    res = characterize_adaptive("k", ReplayDevice(sigs),
+                                AdaptiveOptions(grid={"sm_clock_mhz": CLOCKS}, coarse_grid=5))
     _check_against_full(res, full, 1e-3)
     assert len(res.signatures) > 5
 
 
 def test_skipped_points_carry_reasons_and_estimates():
     sigs = _model_grid()
-    res = characterize_adaptive("k", ReplayDevice(sigs), grid={"sm_clock_mhz": CLOCKS},
-                                coarse_grid=5)
+    res = characterize_adaptive("k", ReplayDevice(sigs),
+                                AdaptiveOptions(grid={"sm_clock_mhz": CLOCKS}, coarse_grid=5))
     measured = set(res.measured_keys)
     assert {kp for kp in res.grid} == measured | {(s.kappa, s.omega) for s in res.skipped}
     for sk in res.skipped:
@@ -208,8 +214,8 @@ def test_skipped_points_carry_reasons_and_estimates():
 def test_save_writes_measured_signatures(tmp_path):
     from frontier.io import load_signatures
 
-    res = characterize_adaptive("k", ReplayDevice(_model_grid()), grid={"sm_clock_mhz": CLOCKS},
-                                coarse_grid=5)
+    res = characterize_adaptive("k", ReplayDevice(_model_grid()),
+                                AdaptiveOptions(grid={"sm_clock_mhz": CLOCKS}, coarse_grid=5))
     p = res.save(tmp_path / "k.json")
     back = load_signatures(p)
     assert len(back) == len(res.signatures)
@@ -219,12 +225,12 @@ def test_save_writes_measured_signatures(tmp_path):
 
 def test_td_never_skips_across_omega_dev_as_dominated():
     sigs = _model_grid()
-    res = characterize_adaptive("k", ReplayDevice(sigs), grid={"sm_clock_mhz": CLOCKS},
-                                coarse_grid=5, criterion="Td")
+    res = characterize_adaptive("k", ReplayDevice(sigs),
+                                AdaptiveOptions(grid={"sm_clock_mhz": CLOCKS}, coarse_grid=5, criterion="Td"))
     # one κ, no SM split: every clock is its own ω_dev group, so nothing is dominated in Td
     assert res.skipped_by_reason().get("dominated", 0) == 0
-    tsd = characterize_adaptive("k", ReplayDevice(sigs), grid={"sm_clock_mhz": CLOCKS},
-                                coarse_grid=5, criterion="Tsd")
+    tsd = characterize_adaptive("k", ReplayDevice(sigs),
+                                AdaptiveOptions(grid={"sm_clock_mhz": CLOCKS}, coarse_grid=5, criterion="Tsd"))
     assert tsd.criterion == "Tsd" and len(tsd.signatures) + len(tsd.skipped) == len(CLOCKS)
 
 
@@ -240,7 +246,8 @@ def test_nvdvfs_replay_if_available():
         grid = {"sm_clock_mhz": sorted({s.omega.sm_clock_mhz for s in sigs[name]}, reverse=True)}
         full = {s.omega: s for s in sweep(ReplayDevice(one), {None: name}, name, grid=grid,
                                            progress=None).signatures}
-        res = characterize_adaptive(name, ReplayDevice(one), grid=grid, rse_floor=0.005)
+        res = characterize_adaptive(name, ReplayDevice(one),
+                                    AdaptiveOptions(grid=grid, rse_floor=0.005))
         _check_against_full(res, full, 0.005)
 
 
@@ -253,8 +260,8 @@ def test_sim_with_power_limits_matches_full_sweep_points():
     # every point is measured (a capped run dominates nothing beyond its row's spread)
     grid = {"sm_clock_mhz": [float(f) for f in range(1980, 899, -60)],
             "power_limit_w": [700.0, 400.0]}
-    res = characterize_adaptive(preset("gemm_bf16_8192"), SimulatedGPU(seed=3), grid=grid,
-                                name="gemm")
+    res = characterize_adaptive(preset("gemm_bf16_8192"), SimulatedGPU(seed=3),
+                                AdaptiveOptions(grid=grid), name="gemm")
     assert res.simulated and res.meta["device"] == "simulated H200"
     full = sweep(SimulatedGPU(seed=3), {None: preset("gemm_bf16_8192")}, "gemm", grid=grid,
                  progress=None)
@@ -294,7 +301,7 @@ def test_bad_input_errors(kwargs, match):
     base = {"grid": {"sm_clock_mhz": CLOCKS}}
     base.update(kwargs)
     with pytest.raises(AdaptiveError, match=match):
-        characterize_adaptive("k", ReplayDevice(sigs), **base)
+        characterize_adaptive("k", ReplayDevice(sigs), AdaptiveOptions(**base))
 
 
 def test_bad_grid_point_is_rejected_before_measuring():
@@ -302,10 +309,11 @@ def test_bad_grid_point_is_rejected_before_measuring():
 
     dev = ReplayDevice(_model_grid())
     with pytest.raises(UnsupportedSettingError):
-        characterize_adaptive("k", dev, grid={"sm_clock_mhz": [600.0, 660.0, 661.0]})
+        characterize_adaptive("k", dev,
+                              AdaptiveOptions(grid={"sm_clock_mhz": [600.0, 660.0, 661.0]}))
     assert dev.time_s() == 0.0
     with pytest.raises(AdaptiveError, match="no work"):
-        characterize_adaptive({}, dev, grid={"sm_clock_mhz": CLOCKS})
+        characterize_adaptive({}, dev, AdaptiveOptions(grid={"sm_clock_mhz": CLOCKS}))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -330,8 +338,8 @@ def test_adaptive_experiment_checks_and_chain_on_a_replayed_model():
     for name, wobble in (("a", 0.0), ("b", 0.0)):
         sigs = _model_grid(name, wobble)
         full = _full(sigs, name)
-        ad = characterize_adaptive(name, ReplayDevice(sigs), grid={"sm_clock_mhz": CLOCKS},
-                                   coarse_grid=5)
+        ad = characterize_adaptive(name, ReplayDevice(sigs),
+                                   AdaptiveOptions(grid={"sm_clock_mhz": CLOCKS}, coarse_grid=5))
         r = ex.ElementRun("model", name, full, 1.0, ad)
         ex.check(r, K)
         assert r.plan_gaps and max(r.plan_gaps) < 0.01 and not r.wrong_skips
@@ -369,8 +377,8 @@ def test_every_rows_fastest_point_is_measured_so_1x_deadline_is_feasible():
 
     # a coarse grid without any top clock below 700 W: the rows' fastest points still come in
     coarse = [OperatingPoint(sm_clock_mhz=f, power_limit_w=700.0) for f in (1980.0, 1620.0, 1260.0)]
-    res = characterize_adaptive(preset("gemm_bf16_8192"), SimulatedGPU(seed=0), grid=SMALL,
-                                coarse_grid=coarse, name="gemm")
+    res = characterize_adaptive(preset("gemm_bf16_8192"), SimulatedGPU(seed=0),
+                                AdaptiveOptions(grid=SMALL, coarse_grid=coarse), name="gemm")
     tops = fastest_points(Grid(SMALL).points())
     assert {o.power_limit_w for o in tops} == {700.0, 550.0, 400.0}
     assert all(o.sm_clock_mhz == 1980.0 for o in tops)
@@ -405,7 +413,7 @@ def test_capped_row_is_judged_against_the_noise_free_plateau():
                                               power_limit_w=700.0))
     # the plateau sits on the uncapped curve (within the 15 MHz rounding of the clock)
     assert ceiling.time_s * ceiling.power_w == pytest.approx(free.time_s * free.power_w, rel=0.01)
-    res = characterize_adaptive(k, SimulatedGPU(seed=0), grid=grid, name="copy")
+    res = characterize_adaptive(k, SimulatedGPU(seed=0), AdaptiveOptions(grid=grid), name="copy")
     front = list(res.frontier(criterion="TE"))  # measured points only
     fastest = min(exp[OperatingPoint(**p)][0] for p in res.meta["fastest_points"])
     for d in np.geomspace(fastest * 1.002, max(t for t, _, _ in exp.values()), 25):
@@ -519,8 +527,8 @@ def test_a_lucky_capped_run_does_not_dominate_better_settings():
 
 
 def test_plans_get_measured_points_only_and_estimates_on_request():
-    res = characterize_adaptive(preset("gemm_bf16_8192"), SimulatedGPU(seed=0), grid=SMALL,
-                                name="gemm")
+    res = characterize_adaptive(preset("gemm_bf16_8192"), SimulatedGPU(seed=0),
+                                AdaptiveOptions(grid=SMALL), name="gemm")
     measured = {s.omega for s in res.signatures}
     front = list(res.frontier())
     assert front and all(s.omega in measured and not s.meta.get("estimated") for s in front)
@@ -538,23 +546,23 @@ def test_every_skipped_point_is_covered_by_a_measured_one_within_plan_tol(plan_t
 
     sigs = _model_grid()
     full = _full(sigs, "k")
-    res = characterize_adaptive("k", ReplayDevice(sigs), grid={"sm_clock_mhz": CLOCKS},
-                                coarse_grid=5, plan_tol=plan_tol)
+    res = characterize_adaptive("k", ReplayDevice(sigs),
+                                AdaptiveOptions(grid={"sm_clock_mhz": CLOCKS}, coarse_grid=5, plan_tol=plan_tol))
     m = np.array([[s.time_s, s.energy_j] for s in res.signatures])
     for sk in res.skipped:
         t, e = full[sk.omega].time_s, full[sk.omega].energy_j
         ok = (m[:, 0] <= t * (1 + 2 * K * MIN_RSE_TIME)) & (m[:, 1] <= e * (1 + plan_tol + 1e-3))
         assert ok.any(), sk
-    tight = characterize_adaptive("k", ReplayDevice(sigs), grid={"sm_clock_mhz": CLOCKS},
-                                  coarse_grid=5, plan_tol=0.003)
-    loose = characterize_adaptive("k", ReplayDevice(sigs), grid={"sm_clock_mhz": CLOCKS},
-                                  coarse_grid=5, plan_tol=0.05)
+    tight = characterize_adaptive("k", ReplayDevice(sigs),
+                                  AdaptiveOptions(grid={"sm_clock_mhz": CLOCKS}, coarse_grid=5, plan_tol=0.003))
+    loose = characterize_adaptive("k", ReplayDevice(sigs),
+                                  AdaptiveOptions(grid={"sm_clock_mhz": CLOCKS}, coarse_grid=5, plan_tol=0.05))
     assert len(tight.signatures) >= len(loose.signatures)
 
 
 def test_an_unreached_power_limit_is_the_same_setting_as_the_one_measured():
-    res = characterize_adaptive(preset("copy_2GiB"), SimulatedGPU(seed=0), grid=SMALL,
-                                name="copy")
+    res = characterize_adaptive(preset("copy_2GiB"), SimulatedGPU(seed=0),
+                                AdaptiveOptions(grid=SMALL), name="copy")
     same = [s for s in res.skipped if s.detail.startswith("the same setting")]
     assert same
     measured = {s.omega for s in res.signatures}
@@ -562,8 +570,9 @@ def test_an_unreached_power_limit_is_the_same_setting_as_the_one_measured():
         assert s.reason == "dominated" and s.by
         assert s.omega.with_(power_limit_w=None) in {o.with_(power_limit_w=None) for o in measured}
     # not for Td: there the power limit is part of the ω_dev a ⊕ branch shares
-    td = characterize_adaptive(preset("copy_2GiB"), SimulatedGPU(seed=0), grid=SMALL,
-                               name="copy", criterion="Td", max_rounds=3)
+    td = characterize_adaptive(preset("copy_2GiB"), SimulatedGPU(seed=0),
+                               AdaptiveOptions(grid=SMALL, criterion="Td", max_rounds=3),
+                               name="copy")
     assert not [s for s in td.skipped if s.detail.startswith("the same setting")]
 
 
@@ -591,9 +600,10 @@ def _same_result(a: AdaptiveResult, b: AdaptiveResult) -> None:
 
 
 def test_journal_resume_reads_points_back_and_takes_the_same_decisions(tmp_path):
-    ref = characterize_adaptive(preset("copy_2GiB"), SimulatedGPU(), grid=JGRID)
+    ref = characterize_adaptive(preset("copy_2GiB"), SimulatedGPU(), AdaptiveOptions(grid=JGRID))
     j = tmp_path / "copy.jsonl"
-    full = characterize_adaptive(preset("copy_2GiB"), SimulatedGPU(), grid=JGRID, journal=j)
+    full = characterize_adaptive(preset("copy_2GiB"), SimulatedGPU(), AdaptiveOptions(grid=JGRID),
+                                 journal=j)
     _same_result(ref, full)                       # journaling changes nothing
     keys = _points_in(j)
     assert len(keys) == len(set(keys)) == len(full.signatures) == full.meta["measured_points"]
@@ -601,13 +611,15 @@ def test_journal_resume_reads_points_back_and_takes_the_same_decisions(tmp_path)
     lines = j.read_text().splitlines(keepends=True)
     first = next(i for i, ln in enumerate(lines) if '"kind": "point"' in ln)
     j.write_text("".join(lines[:first + 5]) + lines[first + 5][:40])
-    res = characterize_adaptive(preset("copy_2GiB"), SimulatedGPU(), grid=JGRID, journal=j)
+    res = characterize_adaptive(preset("copy_2GiB"), SimulatedGPU(), AdaptiveOptions(grid=JGRID),
+                                journal=j)
     _same_result(ref, res)
     assert res.meta["resumed_points"] == 5
     assert res.meta["measured_points"] == len(ref.signatures) - 5
     keys = _points_in(j)
     assert len(keys) == len(set(keys)) == len(ref.signatures)   # nothing measured twice
-    again = characterize_adaptive(preset("copy_2GiB"), SimulatedGPU(), grid=JGRID, journal=j)
+    again = characterize_adaptive(preset("copy_2GiB"), SimulatedGPU(), AdaptiveOptions(grid=JGRID),
+                                  journal=j)
     assert again.meta["measured_points"] == 0 and again.gpu_s == 0.0
     _same_result(ref, again)
 
@@ -623,12 +635,14 @@ def test_journal_of_another_run_is_refused(tmp_path, change, field):
     from measure.results_log import ResultsMismatchError
 
     j = tmp_path / "j.jsonl"
-    characterize_adaptive(preset("copy_2GiB"), SimulatedGPU(), grid=JGRID, journal=j,
-                          max_rounds=1, name="copy_2GiB")
+    characterize_adaptive(preset("copy_2GiB"), SimulatedGPU(),
+                          AdaptiveOptions(grid=JGRID, max_rounds=1), journal=j, name="copy_2GiB")
     before = j.read_bytes()
-    kw = {"grid": JGRID, "max_rounds": 1, "name": "copy_2GiB", **change}
+    kw = {"grid": JGRID, "max_rounds": 1, **change}
+    name = kw.pop("name", "copy_2GiB")
     with pytest.raises(ResultsMismatchError, match=field.replace(".", r"\.")) as e:
-        characterize_adaptive(preset("copy_2GiB"), SimulatedGPU(), journal=j, **kw)
+        characterize_adaptive(preset("copy_2GiB"), SimulatedGPU(), AdaptiveOptions(**kw),
+                              journal=j, name=name)
     assert e.value.field == field and "use another results file" in str(e.value)
     assert j.read_bytes() == before               # left as it was
 
@@ -640,13 +654,14 @@ def test_journal_refuses_a_full_sweeps_results_file_and_another_seed(tmp_path):
     sweep(SimulatedGPU(), {None: preset("copy_2GiB")}, "copy_2GiB", grid=JGRID,
           results_path=str(r), progress=None)
     with pytest.raises(ResultsMismatchError, match="full sweep"):
-        characterize_adaptive(preset("copy_2GiB"), SimulatedGPU(), grid=JGRID, journal=r,
-                              name="copy_2GiB")
+        characterize_adaptive(preset("copy_2GiB"), SimulatedGPU(), AdaptiveOptions(grid=JGRID),
+                              journal=r, name="copy_2GiB")
     j = tmp_path / "j.jsonl"
-    characterize_adaptive(preset("copy_2GiB"), SimulatedGPU(), grid=JGRID, journal=j, max_rounds=1)
+    characterize_adaptive(preset("copy_2GiB"), SimulatedGPU(),
+                          AdaptiveOptions(grid=JGRID, max_rounds=1), journal=j)
     with pytest.raises(ResultsMismatchError, match="seed"):
-        characterize_adaptive(preset("copy_2GiB"), SimulatedGPU(seed=3), grid=JGRID, journal=j,
-                              max_rounds=1)
+        characterize_adaptive(preset("copy_2GiB"), SimulatedGPU(seed=3),
+                              AdaptiveOptions(grid=JGRID, max_rounds=1), journal=j)
 
 
 _CHILD = """

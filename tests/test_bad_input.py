@@ -29,7 +29,7 @@ from frontier.errors import CompositionError, FormatError
 from frontier.io import load_signatures, load_workbook, parse_workbook, read_json
 from measure import replay
 from solvers.io import load_problem, problem_from_dict
-from solvers.pipeline import load_perseus_profile
+from solvers.perseus import load_perseus_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_CSV = ROOT / "ecal" / "examples" / "pipeline_4x8.csv"

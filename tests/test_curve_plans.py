@@ -216,7 +216,7 @@ def test_cli_plan_at_gives_back_a_point_of_the_curve(tmp_path):
     assert r.returncode == 0, r.stderr
     plan2 = Plan.load(tmp_path / "plan2.json")
     assert plan2.energy_j == pytest.approx(curve.energy_at(p.deadline_s("1.07x")), rel=REL, abs=0)
-    assert json.loads(r.stdout)["schema_version"] == "ecal.plan/1"
+    assert json.loads(r.stdout)["format"] == "ecal.plan/1"
 
 
 @pytest.mark.parametrize("extra,needle", [
@@ -251,7 +251,7 @@ def test_cli_curve_of_another_workload_is_refused(tmp_path):
 def test_steady_state_curve_with_switch_costs_meets_every_deadline():
     """The bundled steady-state workload (switches cost time): carrying a tighter plan forward
     once overshot a deadline (CertificateError); every point is now a plan that meets it."""
-    from ecal.workload import load_workload
+    from execution.workload import load_workload
 
     p = load_workload(ROOT / "ecal" / "examples" / "workload_1f1b.json").problem
     assert p.has_transitions

@@ -24,12 +24,12 @@ import numpy as np
 import pytest
 
 from ecal.cli import main
-from ecal.workload import MISSING_TRANSITIONS, WORKLOAD_FORMAT, load_workload
+from execution.workload import MISSING_TRANSITIONS, WORKLOAD_FORMAT, load_workload
 from frontier.errors import FormatError
 from frontier.transition import TransitionTable
 from solvers import InfeasibleError, Problem, solve
-from solvers.confidence import p_meets, solve_at_confidence, z_of
-from solvers.feasibility import meets_deadline
+from solvers.confidence import solve_at_confidence, z_of
+from solvers.feasibility import meets_deadline, p_meets
 from solvers.plan import Plan, make_plan
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""measure.execute: a plan run on simulated H200s, measured, and held against Eq. 23.
+"""execution (execution.run): a plan run on simulated H200s, measured, and held against Eq. 23.
 
 Everything here is simulated (virtual time); the module fixture builds a small demo problem
 (2 stages x 2 microbatches, 2 clocks, one SM split: ~4 s) and every run takes milliseconds.
@@ -12,27 +12,16 @@ import math
 
 import pytest
 
-from ecal.demo import (
-    DemoConfig,
-    _all_max,
-    _problem,
-    _stage_kernels,
-    compute_sms,
-    run_demo,
-    task_options,
-)
-from measure.execute import (
-    ExecutionError,
-    TaskWork,
-    pipeline_work,
-    predict_devices,
-    run_plan,
-    run_with_baselines,
-    savings,
-)
+from ecal.demo import DemoConfig, _problem, run_demo, task_options
+from execution.baselines import all_max_plan as _all_max
+from execution.pipeline import compute_sms, pipeline_work, stage_kernels
+from execution.predict import predict_devices
+from execution.run import run_plan
+from execution.savings import run_with_baselines, savings
+from execution.work import ExecutionError, TaskWork
 from measure.sim import PRESETS, SimulatedGPU
 from solvers.model import Problem
-from solvers.plan import make_plan
+from solvers.plan import make_plan, plan_terms
 
 SMALL = DemoConfig(n_stages=2, n_microbatches=2, clocks_mhz=(1980, 1440), power_limits_w=(700,),
                    comm_sms=(16,))
@@ -44,7 +33,7 @@ def demo():
     # the demo's first plan: built from elements characterized alone, with a flat switch cost
     r = dataclasses.replace(r, problem=r.first.problem, plan=r.first.plan,
                             meta={**r.meta, "deadline_s": r.meta["deadline_round1_s"]})
-    work = pipeline_work(r.problem, _stage_kernels(SMALL), PRESETS["p2p_send"])
+    work = pipeline_work(r.problem, stage_kernels(SMALL.stage_sizes[:SMALL.n_stages]), PRESETS["p2p_send"])
     return r, work
 
 
@@ -245,7 +234,7 @@ def test_per_device_sigma_is_the_plans_delta_method_on_that_device(demo):
         crit[i] = True
     preds = predict_devices(plan, p)
     for d, pred in preds.items():
-        want = math.sqrt(p.plan_terms(choice, crit, devices=[d]).variances()[1])
+        want = math.sqrt(plan_terms(p, choice, crit, devices=[d]).variances()[1])
         assert pred.sd_energy_j == pytest.approx(want, rel=1e-12), d
         assert pred.sd_energy_j > 0
 
@@ -290,7 +279,7 @@ def test_repeats_until_the_target_rse(demo):
 def test_baselines_and_measured_savings_with_sigma(demo):
     r, work = demo
     sub = r.best_single_problem
-    sub_work = pipeline_work(sub, _stage_kernels(SMALL), PRESETS["p2p_send"])
+    sub_work = pipeline_work(sub, stage_kernels(SMALL.stage_sizes[:SMALL.n_stages]), PRESETS["p2p_send"])
     cmp = run_with_baselines(
         (r.plan, r.problem, work),
         {"all-max": (_all_max(r.problem, r.meta["deadline_s"]), r.problem, work),
@@ -319,7 +308,7 @@ def test_result_is_frozen_json_ready_and_says_simulated(executed):
         res.n_steps = 1
     d = json.loads(json.dumps(res.to_dict()))
     assert d["simulated"] is True and "SIMULATED" in d["note"]
-    assert d["schema_version"] == "ecal.execution/1"
+    assert d["format"] == "ecal.execution/1"
     assert {c["name"] for c in d["devices"]} == {"stage0", "stage1"}
     assert "flagged_energy" in d["step"]["deviation"]
     text = res.summary()
@@ -361,7 +350,7 @@ def test_a_task_with_no_work_is_refused(demo):
     with pytest.raises(ExecutionError, match="not a SimKernel"):
         TaskWork((("gemm", 8),))
     with pytest.raises(ExecutionError, match="not a 1F1B task"):
-        pipeline_work(Problem.build([("x", "g", [(1.0, 2.0)])]), _stage_kernels(SMALL),
+        pipeline_work(Problem.build([("x", "g", [(1.0, 2.0)])]), stage_kernels(SMALL.stage_sizes[:SMALL.n_stages]),
                       PRESETS["p2p_send"])
 
 

@@ -93,7 +93,7 @@ def test_round_trip_keeps_every_entry_bit_for_bit(tmp_path):
         assert (b.signature.time_s, b.signature.d_j, b.signature.var_energy_j2) == \
                (a.signature.time_s, a.signature.d_j, a.signature.var_energy_j2)
         assert b.provenance == a.provenance
-    assert json.loads(p.read_text())["format"] == "energy-calculus/interaction-table"
+    assert json.loads(p.read_text())["format"] == "ecal.interactions/1"
     assert not [f for f in os.listdir(tmp_path) if ".tmp." in f]
 
 

@@ -69,7 +69,7 @@ def test_signature_round_trip_keeps_identity(tmp_path):
     c = seq(a, a, name="two")
     save_signatures(tmp_path / "s.json", [a, c])
     doc = read_json(tmp_path / "s.json")
-    assert doc["schema_version"] == 1 and doc["units"]["energy"] == "J"
+    assert doc["format"] == "ecal.signatures/1" and doc["units"]["energy"] == "J"
     back = load_signatures(tmp_path / "s.json")
     assert back["gemm"] == a and back["gemm"].key == a.key
     assert back["gemm"].devices == {"gpu1"} and back["gemm"].kappa == "cuBLAS"
@@ -110,7 +110,7 @@ def test_signature_errors_name_file_path_and_problem(body, path, problem):
 
 
 def test_header_checks(tmp_path):
-    with pytest.raises(FormatError, match="schema_version: missing"):
+    with pytest.raises(FormatError, match="format: missing"):
         parse_workbook({"signatures": {}}, "x.json")
     with pytest.raises(FormatError, match="unsupported version 2"):
         parse_workbook({"schema_version": 2}, "x.json")

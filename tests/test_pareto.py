@@ -186,7 +186,7 @@ def test_composite_round_trip_keeps_propagation():
 def test_frontier_round_trip():
     f = pareto_frontier([_rich_leaf(), sig(2e-3, 0.1, s=10, devices={"gpu1"})], name="g")
     d = json.loads(json.dumps(f.to_dict()))
-    assert d["format"] == "energy-calculus/frontier" and d["criterion"] == "TE"
+    assert d["format"] == "ecal.frontier/1" and d["criterion"] == "TE"
     g = Frontier.from_dict(d, "g.json")
     assert g == f and g.name == "g"
     assert all(p.key == q.key for p, q in zip(g, f))
@@ -204,7 +204,7 @@ def test_frontier_round_trip():
     (lambda d: d.__setitem__("points", []), "points", "at least one"),
     (lambda d: d.__setitem__("criterion", "XY"), "criterion", "must be one of"),
     (lambda d: d.__setitem__("format", "other"), "format", "expected"),
-    (lambda d: d.__setitem__("schema_version", 2), "schema_version", "unsupported"),
+    (lambda d: d.__setitem__("format", "ecal.frontier/2"), "format", "unsupported"),
     (lambda d: d["units"].__setitem__("time", "ms"), "units.time", "SI"),
 ])
 def test_frontier_file_errors_name_the_path(mutate, where, what):

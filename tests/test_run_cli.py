@@ -148,20 +148,22 @@ def test_malformed_work_file_names_the_field(demo, capsys, tmp_path):
 
 
 def test_work_table_round_trips(demo, tmp_path):
-    from measure.execute import load_work, pipeline_work, save_work
+    from execution.pipeline import pipeline_work
+    from execution.work import load_work_table, save_work_table
 
     r, _ = demo
     p = tmp_path / "w.json"
-    save_work(p, r.work)
-    assert load_work(p) == {k: tuple(v) for k, v in r.work.items()}
-    assert pipeline_work(r.problem, *_kernels(r)) == load_work(p)
+    save_work_table(p, r.work)
+    assert load_work_table(p) == {k: tuple(v) for k, v in r.work.items()}
+    assert pipeline_work(r.problem, *_kernels(r)) == load_work_table(p)
 
 
 def _kernels(r):
     import measure
-    from ecal.demo import _stage_kernels
+    from execution.pipeline import stage_kernels
 
-    return _stage_kernels(r.config), measure.PRESETS["p2p_send"]
+    cfg = r.config
+    return stage_kernels(cfg.stage_sizes[: cfg.n_stages]), measure.PRESETS["p2p_send"]
 
 
 def test_a_real_device_needs_the_workload(demo, capsys):

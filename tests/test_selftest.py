@@ -98,8 +98,11 @@ def test_table_and_refused_write(capsys):
     assert "planned" in capsys.readouterr().err
 
 
-def test_docs_record_that_no_gpu_was_available():
-    assert "## Recorded runs" in DOC and "2026-12-03" in DOC and "--write" in DOC
+def test_docs_record_the_real_run():
+    assert "## Recorded runs" in DOC and "| 2026-12-04 | NVIDIA H200" in DOC and "--write" in DOC
+    report = json.loads((ROOT / "experiments" / "results" / "selftest_h200.json").read_text())
+    assert report["format"] == FORMAT and report["simulated"] is False
+    assert {c["name"] for c in report["checks"]} == set(CHECKS)
 
 
 # -- over the fake NVML, read-only ----------------------------------------------------------
@@ -168,6 +171,37 @@ def test_a_composite_off_its_prediction_fails(monkeypatch):
     dev.close()
     c = report.check("sequential_composite")
     assert c.verdict == "fail" and c.value > 1.0 and not report.ok and report.verdict == "fail"
+
+
+def test_a_capped_element_faster_beside_low_power_work_is_diagnosed(monkeypatch):
+    """As on the real H200: ``a`` sits at the 700 W limit alone; beside ``b`` it runs faster
+    (the cap is an average), so the composite is flagged, and the detail names the cause."""
+    monkeypatch.setitem(sys.modules, "torch", None)
+    fake, dev = _nvml(monkeypatch)
+
+    def a():
+        fake.busy(0.002, 700.0)
+
+    def b():
+        fake.busy(0.001, 300.0)
+
+    def both():
+        fake.busy(0.0018, 760.0)
+        b()
+    report = run_selftest(dev, SelftestWorks(a, b, both, "a", "b"))
+    dev.close()
+    c = report.check("sequential_composite")
+    assert c.verdict == "fail" and c.data["capped"] == ["a"]
+    assert "at the power limit" in c.detail and "ecal check --pairs" in c.detail
+
+
+def test_an_uncapped_composite_off_its_prediction_names_no_cap(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)
+    fake, dev = _nvml(monkeypatch)
+    report = run_selftest(dev, _fake_works(fake, extra_j=0.05))
+    dev.close()
+    c = report.check("sequential_composite")
+    assert c.data["capped"] == [] and "power limit" not in c.detail
 
 
 def test_a_counter_that_never_ticks_fails(monkeypatch):

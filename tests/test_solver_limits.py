@@ -33,7 +33,8 @@ from solvers import ConstantTransition, Problem, ProblemTooLargeError, SolveOpti
 from solvers.guarded import CHILD_TAG, ChildServer
 from solvers.hull_lp import HullLP
 from solvers.options import DEFAULT_MAX_TASKS, LimitOptions
-from solvers.pipeline import load_perseus_profile, one_f_one_b
+from solvers.perseus import load_perseus_profile
+from solvers.pipeline import one_f_one_b
 from tests.procs import BusyLoops, alive, children
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,7 +126,7 @@ def test_every_loader_takes_max_tasks(tmp_path):
 
 
 def test_a_workload_file_over_the_limit_is_refused_before_its_tasks_are_made():
-    from ecal.workload import load_workload
+    from execution.workload import load_workload
 
     t0 = time.process_time()
     with pytest.raises(ProblemTooLargeError, match="--max-tasks"):

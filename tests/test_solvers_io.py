@@ -25,7 +25,7 @@ from solvers import (
     solve,
     stage_order,
 )
-from solvers.pipeline import read_perseus_csv
+from solvers.perseus import read_perseus_profile
 from solvers.plan import make_plan
 
 EXAMPLE = "ecal/examples/pipeline_4x8.csv"
@@ -115,9 +115,9 @@ def test_problem_json_round_trip_and_errors(tmp_path):
     with pytest.raises(FormatError, match=r"neg.json: tasks\[1\]\.options\[0\]\.time_s: .*-1"):
         load_problem(tmp_path / "neg.json")
     d["tasks"][1]["options"][0]["time_s"] = 1.0
-    del d["schema_version"]
+    del d["format"]
     (tmp_path / "bad2.json").write_text(json.dumps(d))
-    with pytest.raises(FormatError, match="schema_version"):
+    with pytest.raises(FormatError, match="format"):
         load_problem(tmp_path / "bad2.json")
 
 
@@ -136,7 +136,7 @@ def test_one_f_one_b_structure():
 
 
 def test_perseus_profile_import():
-    prof = read_perseus_csv(EXAMPLE)
+    prof = read_perseus_profile(EXAMPLE)
     assert len(prof) == 8 and all(len(v) == 60 for v in prof.values())
     o = prof[(0, "forward")][0]
     assert o.s_w == 75.0 and o.omega.sm_clock_mhz == 1980

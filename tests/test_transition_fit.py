@@ -104,7 +104,7 @@ def test_round_trip_keeps_the_rule_and_versions_compatibly():
     table = TransitionTable.fitted(pairs, power_w={W(1980, 700): 130.0, W(1410, 500): 110.0},
                                    device="gpu0")
     d = json.loads(json.dumps(table.to_dict()))
-    assert d["version"] == 2 and d["rule"]["kind"] == "nnls-linear/1"
+    assert d["format"] == "ecal.transitions/2" and d["rule"]["kind"] == "nnls-linear/1"
     back = TransitionTable.from_dict(d)
     assert back == table
     for frm, to in [(W(1260, 500), W(1620, 700)), (W(1980, 700), W(1410, 500))]:
@@ -115,7 +115,7 @@ def test_round_trip_keeps_the_rule_and_versions_compatibly():
     t, e = back.cost(W(1410, 500), W(1620, 700))
     assert e == pytest.approx(130.0 * t)
     # tables without a rule still write version 1 (older readers read them)
-    assert TransitionTable.constant(0.01, 0.5).to_dict()["version"] == 1
+    assert TransitionTable.constant(0.01, 0.5).to_dict()["format"] == "ecal.transitions/1"
     bad = dict(d, rule=dict(d["rule"], coef_s={"intercept": -1.0}))
     with pytest.raises(FormatError, match="rule"):
         TransitionTable.from_dict(bad, "t.json")

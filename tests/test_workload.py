@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ecal.cli import main
-from ecal.workload import WORKLOAD_FORMAT, load_workload, workload_from_dict
+from execution.workload import WORKLOAD_FORMAT, load_workload, workload_from_dict
 from frontier.errors import FormatError
 from frontier.io import save_signatures, signature_to_dict
 from frontier.operating_point import OperatingPoint

@@ -71,13 +71,16 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from frontier.errors import EnergyCalculusError, FormatError
+from frontier.formats import KINDS, check_format
 from frontier.operating_point import OperatingPoint
 from frontier.signature import Signature
+from solvers.model import Problem
 
-WORKLOAD_FORMAT = "ecal.workload/1"
+#: ``format`` of the workload files this code writes (:data:`frontier.formats.KINDS`).
+WORKLOAD_FORMAT = KINDS["workload"].tag
 CHARACTERIZATION_FORMAT = "energy-calculus/characterization"
 PIPELINE_KINDS = ("1f1b", "gpipe", "interleaved-1f1b")
 SHAPE_KINDS = PIPELINE_KINDS + ("chain", "dag")
@@ -121,7 +124,7 @@ class Workload:
     name: str
     file: str
     kind: str
-    problem: Any
+    problem: Problem
     steady_state: bool
     ranks: tuple[str, ...] | None = None
     ready_power_w: Mapping[str, float | None] = field(default_factory=dict)
@@ -139,6 +142,17 @@ class Workload:
 def is_workload(doc: Any) -> bool:
     """Whether a parsed JSON document is a workload file."""
     return isinstance(doc, Mapping) and doc.get("format") == WORKLOAD_FORMAT
+
+
+def check_workload_format(file: str, doc: Mapping[str, Any]) -> int:
+    """The version of workload document ``doc`` (:func:`frontier.formats.check_format`); the
+    error says which ``format`` was expected."""
+    try:
+        return check_format(file, doc, "workload")
+    except FormatError as exc:
+        if "expected" in exc.problem:
+            raise
+        raise FormatError(file, exc.path, f"expected {WORKLOAD_FORMAT!r}: {exc.problem}") from None
 
 
 def load_workload(path: str | os.PathLike, *, microbatches: int | None = None,
@@ -174,8 +188,7 @@ def workload_from_dict(doc: Any, file: str = "<workload>", *, base_dir: str | os
     r = _Reader(file, Path(base_dir) if base_dir is not None else Path(file).resolve().parent)
     r.max_tasks = DEFAULT_MAX_TASKS if max_tasks == -1 else max_tasks
     doc = r.obj("(top level)", doc)
-    if doc.get("format") != WORKLOAD_FORMAT:
-        raise FormatError(file, "format", f"expected {WORKLOAD_FORMAT!r}, got {doc.get('format')!r}")
+    check_workload_format(file, doc)
     r.unknown("", doc, _TOP_KEYS)
     for k in ("elements", "shape"):
         if k not in doc:
@@ -272,7 +285,7 @@ def _top_ready_power(sig_lists: Sequence[Sequence[Signature]],
     return seen[max(seen, key=rank)]
 
 
-def _is_number(v: Any) -> bool:
+def _is_number(v: Any) -> TypeGuard[float]:
     return (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
             and v >= 0)
 
@@ -405,13 +418,18 @@ class _Reader:
         return name, sigs
 
     def work_of(self, el: str) -> str | None:
-        """The work element ``el`` runs: its ``work`` key, else its name in its source when
-        that is a simulated preset (the bundled examples), else None."""
+        """The work element ``el`` runs: its ``work`` key; else the simulated preset its
+        signatures were measured with (``meta["work"]``, which ``ecal characterize PRESET
+        --name NAME`` records); else its name in its source when that is a preset (the bundled
+        examples); else None."""
         if el in self._works:
             return self._works[el]
         from measure.sim import PRESETS
 
-        name, _ = self._resolve(el)
+        name, sigs = self._resolve(el)
+        recorded = {s.meta.get("work") for s in sigs}
+        if len(recorded) == 1 and next(iter(recorded)) in PRESETS:
+            return str(next(iter(recorded)))
         return name if name in PRESETS else None
 
     def signatures_of(self, el: str) -> list[Signature]:
@@ -527,9 +545,9 @@ class _Reader:
                 p = f"shape.tasks[{i}]"
                 t = self.obj(p, t)
                 self.unknown(p, t, ("name", "element", "device"))
-                for k in ("name", "element", "device"):
-                    if k not in t:
-                        raise FormatError(self.file, f"{p}.{k}", "missing")
+                for field in ("name", "element", "device"):
+                    if field not in t:
+                        raise FormatError(self.file, f"{p}.{field}", "missing")
                 el = self.string(f"{p}.element", t["element"])
                 uses.setdefault(el, f"{p}.element")
                 tasks.append((self.string(f"{p}.name", t["name"]), self.string(f"{p}.device", t["device"]), el))
@@ -610,6 +628,10 @@ class _Reader:
         # omission (unless the caller gives them or asks for no requirement)
         rules: dict[str, Any] = {}
         free: dict[str, str] = {}
+        if not require_transitions:
+            # the caller prices switches itself, or is measuring them (ecal transitions): the
+            # file's rules are not read, so a table not measured yet is no error
+            return idle, rules, {d: "" for d in devices}
         top = doc.get("transitions")
         top_rule = None if top is None or top == FREE else self.rule("transitions", top)
         for d in devices:
