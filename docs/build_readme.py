@@ -443,7 +443,7 @@ $ ecal run plan.json --workload ecal/examples/workload_1f1b.json
 | `ecal demo` / `ecal selftest` / `ecal restore` / `ecal schema` | the closed loop on the simulator / check your GPU first / put back GPU settings / the file formats |
 
 WORKLOAD: a workload file, a Perseus profile CSV or a problem JSON; `--json` for scripts. Exit
-codes: `0` ok, `1` flagged or deadline missed, `2` bad input, `3` your work raised, `130` interrupted. In full: [docs/cli.md](docs/cli.md).
+codes: `0` ok, `1` flagged or deadline missed, `2` bad input, `3` your work raised, `70` a bug in ecal (traceback), `130` interrupted. In full: [docs/cli.md](docs/cli.md).
 
 ## Python API
 
@@ -658,10 +658,14 @@ def guarantees_page_md() -> str:
   Checked against brute force on 2,000 instances in the tests.
 - **σ is the algebra's.** A signature used k times adds k²·var; a plan's and each device's σ
   count shared leaves once.
-- **Limits.** Everything here ran on the simulator and a strict fake of NVML: no real GPU has
-  yet been used by this repository (`experiments/gpu_validate.py` is ready, read-only). The
-  simulator is calibrated to a real H200's elements and co-runs ([simulator.md](simulator.md)), not to
-  its thermal behaviour over long runs. Real runs of multi-GPU plans go through your own
+- **Limits.** Plans were run on the simulator and a strict fake of NVML. A real H200 was used
+  read-only on 2026-12-04 (`ecal selftest`, `experiments/gpu_validate.py`, co-runs at four SM
+  splits, a thermal probe: [selftest.md](selftest.md), [simulator.md](simulator.md)); no plan
+  has yet run on it. Two findings bound what is promised there: a power-capped element runs
+  faster beside low-power work than ⊗ of its signatures says (T −4.8 %, E +1.6–2.3 % on
+  GEMM ⊗ copy), so a plan that sequences capped and uncapped work is conservative in time and
+  optimistic in energy by a few per cent; and the simulator gets the energy sign of split co-runs
+  wrong at three of four splits, so measure such pairs on the card. Real runs of multi-GPU plans go through your own
   launcher and `PlanApplier`. Energy counters resolve about 1 %: plan differences below that
   are not observable. A plan is as good as its characterization: in the demo, plan 2's
   measured step still ends 0.2–0.5 % past its deadline (co-runs run slower in the heat of
@@ -765,7 +769,7 @@ the bundled examples).
 |---|---|
 | `ecal characterize WORK...` | signatures of a preset or your `module:factory` over a grid; resumable results file |
 | `ecal frontier FILE` | Pareto frontier per element (`--criterion TE/Td/Tsd`: safe before ⊗, ⊕, ⊕multi) |
-| `ecal compose FILE` / `ecal check FILE` | predicted T, E ± σ and Eq. 13 bias bound / Eq. 23 against measured composites |
+| `ecal compose FILE` / `ecal check FILE` | predicted T, E ± σ and Eq. 13 bias bound / Eq. 23 against measured composites; `compose SIGS.json --expr 'step={{"seq": ["a", "b"]}}'` composes any signature file (characterize or frontier output) without writing a workbook |
 | `ecal check --pairs WORKLOAD` | context-insensitivity tests: which pairs must be characterized jointly |
 | `ecal plan WORKLOAD --deadline 1.05x` | least-energy operating point per task with switch costs, a raw bound and gap |
 | `ecal pareto WORKLOAD` | the energy-vs-deadline curve |
@@ -783,8 +787,10 @@ flagged: `check` found a composite (or `--pairs` a pair) that deviates, or `run`
 plan that missed its deadline or that an Eq. 23 test of the plan flagged (the run completed,
 `-o` written; a baseline's own flag is a note, not the plan's); `2` bad input (one line
 naming file and field; no output written or changed; an infeasible deadline, a workload
-without `transitions`); `3` your own work raised (GPU restored, measured points kept); `130`
-interrupted (GPU restored; outputs all written or none).
+without `transitions`); `3` your own work raised (GPU restored, measured points kept); `70` a
+bug in ecal (its traceback, then one line saying so: only the project's own errors and the
+system's are reported as bad input); `130` interrupted (GPU restored; outputs all written or
+none).
 
 ## Compose and check
 

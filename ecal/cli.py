@@ -375,6 +375,10 @@ def _error_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+#: Exit status of an internal error (a bug: traceback shown), as sysexits' EX_SOFTWARE.
+INTERNAL_ERROR_EXIT = 70
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ecal`` console script; returns the exit code.
 
@@ -386,6 +390,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(argv)
         except KeyboardInterrupt as exc:   # e.g. during argument parsing or imports
             return _interrupted(exc)
+        except Exception as exc:           # noqa: BLE001 - a bug of ours: say so, keep the trace
+            import traceback
+
+            traceback.print_exc()
+            print(f"ecal: internal error ({type(exc).__name__}): this is a bug in ecal, not "
+                  "in your input; the traceback above says where (exit status 70)",
+                  file=sys.stderr)
+            return INTERNAL_ERROR_EXIT
 
 
 def _interrupted(exc: KeyboardInterrupt) -> int:
@@ -442,7 +454,10 @@ def _run(argv: Sequence[str] | None) -> int:
     except InternalError:
         # a check of our own result failed: a bug, shown as one (traceback, exit 1)
         raise
-    except (EnergyCalculusError, OSError, ValueError, KeyError) as exc:
+    except (EnergyCalculusError, OSError) as exc:
+        # the project's own errors (bad input, a device, a store) and the system's: one line.
+        # Anything else (a ValueError from deep inside, a KeyError) is a bug, not the user's
+        # input: it surfaces in main() with its traceback and exit status 70.
         print(f"ecal {args.command}: error: {_error_line(exc)}", file=sys.stderr)
         return 2
 

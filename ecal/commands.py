@@ -14,6 +14,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from frontier.errors import InputError
+
 from .common import UsageError, check_outputs, element_of, finish
 from .output import (
     Outputs,
@@ -698,7 +700,7 @@ def _check_point_of_file(plan, problem) -> None:
     again = make_plan(problem, [t.option for t in plan.tasks], plan.deadline_s, method=plan.method,
                       lower_bound_j=-math.inf, wall_s=0.0)
     if abs(again.energy_j - plan.energy_j) > 1e-9 * max(abs(plan.energy_j), 1.0):
-        raise ValueError(f"its point costs {again.energy_j:.6g} J on this workload, not the "
+        raise InputError(f"its point costs {again.energy_j:.6g} J on this workload, not the "
                          f"{plan.energy_j:.6g} J it reports: made from other signatures or "
                          "options? compute the curve again")
 

@@ -43,6 +43,7 @@ from execution.savings import run_with_baselines
 from execution.schedule import stage_schedule
 from execution.work import work_table_to_dict
 from frontier import OperatingPoint, Signature
+from frontier.errors import InputError
 from frontier.pareto import Frontier, pareto_frontier
 from measure.sim import SimKernel
 from solvers.plan import Plan
@@ -84,7 +85,7 @@ class DemoConfig:
 
     def __post_init__(self) -> None:
         if self.joint not in ("flagged", "all", "none"):
-            raise ValueError(f"DemoConfig.joint must be 'flagged', 'all' or 'none', got {self.joint!r}")
+            raise InputError(f"DemoConfig.joint must be 'flagged', 'all' or 'none', got {self.joint!r}")
 
 
 @dataclass(frozen=True)
@@ -200,7 +201,7 @@ def _send_sms(c: Signature) -> int:
         for m in key["pair"]:
             if m["element"] == "p2p_send":
                 return int(m["sm_count"])
-    raise ValueError(f"{c.name}: no pair record to read its SM split from")
+    raise InputError(f"{c.name}: no pair record to read its SM split from")
 
 
 def task_options(cfg: DemoConfig, sigs: Mapping[str, Sequence[Signature]], table: Any = None

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from frontier.deviation import DeviationResult
+from frontier.errors import InputError
 from frontier.insensitivity import ContextTest, runtime_test
 from frontier.interaction import InteractionTable
 from frontier.operating_point import OperatingPoint
@@ -155,13 +156,13 @@ def localize(rnd: Round, sigs: Mapping[str, Sequence[Signature]], ready_w: Mappi
         stage, inst = kind.split("/")
         element = f"{stage}_{inst}"
         if o.omega.sm_count is None:
-            raise ValueError(f"localize: {kind} option {o.label} has no SM count (a split task)")
+            raise InputError(f"localize: {kind} option {o.label} has no SM count (a split task)")
         k = int(o.omega.sm_count)
         compute = next(c for c in sigs[element]
                        if c.omega.dev == o.omega.dev and c.omega.sm_count == compute_sms(k))
         energies = [r.true_energy_j for r in runs]
         if any(e is None for e in energies):
-            raise ValueError(f"localize: {kind} has runs without per-task energy (the simulator "
+            raise InputError(f"localize: {kind} has runs without per-task energy (the simulator "
                              "measures it; a real device's step window does not)")
         meas = Signature.from_runs(kind, [r.time_s for r in runs],
                                    [float(e) for e in energies if e is not None], s_w=o.s_w)

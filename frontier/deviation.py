@@ -23,7 +23,7 @@ from statistics import NormalDist
 from typing import Any
 
 from .compose import seq
-from .errors import CompositionError
+from .errors import CompositionError, InputError
 from .signature import Signature
 
 
@@ -35,10 +35,10 @@ def critical_value(alpha: float = 0.05, n_tests: int = 1) -> float:
     """
     a = float(alpha)
     if not (0.0 < a < 1.0) or not math.isfinite(a):
-        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+        raise InputError(f"alpha must be in (0, 1), got {alpha!r}")
     k = int(n_tests)
     if k < 1:
-        raise ValueError(f"n_tests must be >= 1, got {n_tests!r}")
+        raise InputError(f"n_tests must be >= 1, got {n_tests!r}")
     return float(NormalDist().inv_cdf(1.0 - a / (2.0 * k)))
 
 

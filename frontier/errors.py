@@ -9,6 +9,7 @@ The hierarchy (catch what you mean):
 * Device, store and environment errors (``measure.DeviceError``, ``measure.store.StoreError``,
   ``solvers.SolverUnavailableError``) are *not* ``ValueError``: a training loop's
   ``except ValueError`` must never swallow a lost GPU or a damaged store.
+* :class:`UnknownNameError` (an ``InputError`` and a ``KeyError``): a name that is not there.
 * :class:`InternalError` (also a ``RuntimeError``): a check of the project's own result failed
   (e.g. a plan's certificate); that is a bug, and ``ecal`` shows its traceback.
 """
@@ -20,6 +21,14 @@ class EnergyCalculusError(Exception):
 
 class InputError(EnergyCalculusError, ValueError):
     """Bad input: a malformed file, a bad option or value, a request that cannot be met."""
+
+
+class UnknownNameError(InputError, KeyError):
+    """A name that is not there (an element, a composition, a preset): an :class:`InputError`
+    that is also a ``KeyError``, as a mapping's caller expects; its message is shown as is."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 class InternalError(EnergyCalculusError, RuntimeError):

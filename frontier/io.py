@@ -98,7 +98,7 @@ from .codec import (
 from .compose import MAX_REPEAT, par, par_multi, repeat, seq
 from .compose import idle as idle_element
 from .deviation import DeviationResult, critical_value, deviation
-from .errors import EnergyCalculusError, FormatError
+from .errors import EnergyCalculusError, FormatError, InputError, UnknownNameError
 from .formats import KINDS, check_units, content, validate
 from .operating_point import OperatingPoint
 from .signature import Signature
@@ -544,7 +544,7 @@ def save_signatures(path: str | os.PathLike, sigs: Mapping[str, Signature] | Ite
            "signatures": {k: signature_to_dict(s) for k, s in items}}
     for k, v in (extra or {}).items():
         if k in doc:
-            raise ValueError(f"extra block {k!r} would replace the file's own")
+            raise InputError(f"extra block {k!r} would replace the file's own")
         doc[k] = v
     return write_json_atomic(path, doc)
 
@@ -814,7 +814,7 @@ class Workbook:
         for e in self.entries:
             if e.name == name:
                 return e
-        raise KeyError(f"{self.file}: no composition named {name!r}")
+        raise UnknownNameError(f"{self.file}: no composition named {name!r}")
 
     def check(self, alpha: float = 0.05, bias_aware: bool = False, n_tests: int = 1) -> list[DeviationResult]:
         """Eq. 23 for every composition that has a measurement, in file order."""

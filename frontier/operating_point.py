@@ -7,6 +7,8 @@ from dataclasses import dataclass, fields
 from functools import total_ordering
 from typing import Any
 
+from .errors import InputError
+
 
 def _key(v: float | int | None) -> tuple[int, float]:
     # None ("device default") sorts before any explicit value.
@@ -41,12 +43,12 @@ class OperatingPoint:
             try:
                 fv = float(v)
             except (TypeError, ValueError):
-                raise ValueError(f"OperatingPoint.{f.name} must be a number, got {v!r}") from None
+                raise InputError(f"OperatingPoint.{f.name} must be a number, got {v!r}") from None
             if not math.isfinite(fv) or fv <= 0:
-                raise ValueError(f"OperatingPoint.{f.name} must be finite and > 0, got {v!r}")
+                raise InputError(f"OperatingPoint.{f.name} must be finite and > 0, got {v!r}")
             if f.name == "sm_count":
                 if fv != int(fv):
-                    raise ValueError(f"OperatingPoint.sm_count must be an integer, got {v!r}")
+                    raise InputError(f"OperatingPoint.sm_count must be an integer, got {v!r}")
                 object.__setattr__(self, f.name, int(fv))
             else:
                 object.__setattr__(self, f.name, fv)
@@ -83,7 +85,7 @@ class OperatingPoint:
         known = {f.name for f in fields(cls)}
         unknown = set(d) - known
         if unknown:
-            raise ValueError(f"unknown operating-point knob(s) {sorted(unknown)}; known: {sorted(known)}")
+            raise InputError(f"unknown operating-point knob(s) {sorted(unknown)}; known: {sorted(known)}")
         return cls(**d)
 
     def label(self) -> str:

@@ -59,6 +59,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from frontier.errors import InputError, UnknownNameError
 from frontier.operating_point import OperatingPoint
 
 from .device import Device, restoring
@@ -75,7 +76,7 @@ def task_name(stage: int, instruction: str, microbatch: int, chunk: int | None =
     """The schedule's name of a pipeline task: ``s{stage}/{instruction}/{microbatch}``, or
     ``s{stage}v{chunk}/...`` for virtual stage ``chunk`` of an interleaved schedule."""
     if instruction not in ("forward", "backward"):
-        raise ValueError(f"instruction must be 'forward' or 'backward', got {instruction!r}")
+        raise InputError(f"instruction must be 'forward' or 'backward', got {instruction!r}")
     head = f"s{int(stage)}" + (f"v{int(chunk)}" if chunk is not None else "")
     return f"{head}/{instruction}/{int(microbatch)}"
 
@@ -206,7 +207,7 @@ class PlanApplier:
                 raise ReadOnlyError(f"plan element {name!r} needs {op.dev.label()} but "
                                     f"{device.name} is read-only")
         if iteration_start is not None and iteration_start not in self.omegas:
-            raise KeyError(f"iteration_start {iteration_start!r} is not in the plan")
+            raise UnknownNameError(f"iteration_start {iteration_start!r} is not in the plan")
         self.ready_power_w = ready_power_w
         self.per_element_energy = per_element_energy
         self.synchronize: Callable[[], Any] | None = (
@@ -348,7 +349,7 @@ class PlanApplier:
         """Run the body under element ``name``'s operating point (see module doc)."""
         self._raise_worker_error()
         if name not in self.omegas:
-            raise KeyError(f"element {name!r} is not in the plan; planned: "
+            raise UnknownNameError(f"element {name!r} is not in the plan; planned: "
                            f"{sorted(self.omegas)[:12]}{' ...' if len(self.omegas) > 12 else ''}")
         if name == self.iteration_start:
             self._close_iteration()

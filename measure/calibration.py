@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from frontier.errors import InputError
+
 from .protocol import Protocol, measure_point, measure_ready_power_w
 from .sim import H200, PRESETS, SimSpec, SimulatedGPU
 
@@ -93,7 +95,7 @@ def composite_work(gpu: SimulatedGPU, parallel: bool,
         return lambda: gpu.run_parallel(streams)
     rounds = {n for _, n in kernels}
     if len(rounds) != 1:
-        raise ValueError(f"a sequential composite needs equal counts per element, got {parts}")
+        raise InputError(f"a sequential composite needs equal counts per element, got {parts}")
     seq_kernels = [k for k, _ in kernels]
     n_rounds = rounds.pop()
     return lambda: gpu.run(seq_kernels, n_rounds)

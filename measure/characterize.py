@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from frontier.errors import InputError
 from frontier.signature import Signature
 
 from .device import Device
@@ -151,7 +152,7 @@ def characterize(fn: Any, device: Device | None = None, grid: str | Grid | Mappi
         device = SimulatedGPU()
     works = dict(fn) if isinstance(fn, Mapping) else {None: fn}
     if not works:
-        raise ValueError("characterize: no work given")
+        raise InputError("characterize: no work given")
     element = name or _name_of(next(iter(works.values())))
     res = sweep(device, works, element, grid=grid, protocol=protocol or Protocol(),
                 results_path=results_path, progress=progress, early_stop_k=early_stop_k, theta=theta,

@@ -29,6 +29,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from frontier.errors import InputError
+
 from .device import FeatureUnavailableError
 from .sm_alloc import SMSplit, split_sms
 
@@ -93,13 +95,13 @@ class CoRunner:
         branch's work ``k`` times on its stream, join them back. Does not synchronize."""
         branches = list(branches)
         if not branches:
-            raise ValueError("co-run: no branches")
+            raise InputError("co-run: no branches")
         for i, (work, k, _) in enumerate(branches):
             if not callable(work):
                 raise TypeError(f"co-run branch {i}: work must be callable, got "
                                 f"{type(work).__name__}")
             if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-                raise ValueError(f"co-run branch {i}: k must be an integer >= 1, got {k!r}")
+                raise InputError(f"co-run branch {i}: k must be an integer >= 1, got {k!r}")
         torch = self._torch
         streams, split = self.streams_for([sm for _, _, sm in branches])
         self.last_split = split

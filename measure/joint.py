@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from frontier.errors import InputError
 from frontier.interaction import InteractionEntry, InteractionTable, PairKey, Provenance
 from frontier.signature import Signature
 
@@ -55,17 +56,17 @@ class JointPair:
     def __post_init__(self) -> None:
         for nm in (self.a, self.b):
             if not isinstance(nm, str) or not nm:
-                raise ValueError(f"JointPair: element names must be non-empty strings, got {nm!r}")
+                raise InputError(f"JointPair: element names must be non-empty strings, got {nm!r}")
         splits = tuple((sa, sb) for sa, sb in self.splits)
         if not splits:
-            raise ValueError(f"JointPair {self.a} || {self.b}: needs at least one SM split")
+            raise InputError(f"JointPair {self.a} || {self.b}: needs at least one SM split")
         for sa, sb in splits:
             for sm in (sa, sb):
                 if sm is not None and (isinstance(sm, bool) or not isinstance(sm, int) or sm < 1):
-                    raise ValueError(f"JointPair {self.a} || {self.b}: SM counts must be positive "
+                    raise InputError(f"JointPair {self.a} || {self.b}: SM counts must be positive "
                                      f"integers or None, got split {(sa, sb)!r}")
         if len(set(splits)) != len(splits):
-            raise ValueError(f"JointPair {self.a} || {self.b}: a split is given twice: {splits}")
+            raise InputError(f"JointPair {self.a} || {self.b}: a split is given twice: {splits}")
         object.__setattr__(self, "splits", splits)
 
     def element(self, split: Split) -> str:
@@ -117,14 +118,14 @@ def _check(pairs: Sequence[JointPair], grid: Grid, sm_total: int) -> None:
             raise TypeError(f"characterize_pairs takes JointPair objects, got {type(p).__name__}")
         for sa, sb in p.splits:
             if sa is not None and sb is not None and sa + sb > sm_total:
-                raise ValueError(f"{p.a} || {p.b}: split {sa}+{sb} = {sa + sb} SMs exceeds the "
+                raise InputError(f"{p.a} || {p.b}: split {sa}+{sb} = {sa + sb} SMs exceeds the "
                                  f"device's {sm_total} (par() could never use it)")
     seen: dict[PairKey, str] = {}
     for p in pairs:
         for sa, sb in p.splits:
             k = PairKey.of(p.a, sa, p.b, sb)
             if k in seen:
-                raise ValueError(f"{k.label()} is given twice ({seen[k]} and {p.element((sa, sb))})")
+                raise InputError(f"{k.label()} is given twice ({seen[k]} and {p.element((sa, sb))})")
             seen[k] = p.element((sa, sb))
 
 

@@ -54,6 +54,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from frontier.errors import InputError
 from frontier.io import fsync_dir
 
 from .device import DeviceError
@@ -361,15 +362,15 @@ def read_journal(path: str | os.PathLike) -> JournalRecord:
         entries: dict[str, JournalEntry] = {}
         raw = doc.get("entries", [])
         if not isinstance(raw, list) or len(raw) > 3 * len(SETTINGS):
-            raise ValueError("entries is not a short list")
+            raise InputError("entries is not a short list")
         for e in raw:
             if not isinstance(e, dict):
-                raise ValueError("an entry is not an object")
+                raise InputError("an entry is not an object")
             setting = e.get("setting")
             if setting not in SETTINGS:
-                raise ValueError(f"unknown setting {str(setting)[:40]!r}")
+                raise InputError(f"unknown setting {str(setting)[:40]!r}")
             if setting in entries:
-                raise ValueError(f"setting {setting!r} twice")
+                raise InputError(f"setting {setting!r} twice")
             mw = _opt(e, "restore_mw", _mw)
             if setting != "power_limit":
                 mw = None
@@ -429,7 +430,7 @@ def _opt(d: Mapping[str, Any], key: str, check: Any) -> Any:
 
 def _int(v: Any, key: str, lo: int, hi: int) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-        raise ValueError(f"{key} is not an integer in [{lo}, {hi}]")
+        raise InputError(f"{key} is not an integer in [{lo}, {hi}]")
     return v
 
 
@@ -452,7 +453,7 @@ def _index(v: Any, key: str) -> int:
 def _time(v: Any, key: str) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)) \
             or abs(float(v)) > 1e12:
-        raise ValueError(f"{key} is not a time")
+        raise InputError(f"{key} is not a time")
     return float(v)
 
 
@@ -460,7 +461,7 @@ def _text(v: Any, key: str, required: bool = False) -> str:
     if v is None and not required:
         return ""
     if not isinstance(v, str) or len(v) > 256 or (required and not v):
-        raise ValueError(f"{key} is not a short string")
+        raise InputError(f"{key} is not a short string")
     return v
 
 
@@ -471,7 +472,7 @@ def _set_to(v: Any) -> Any:
     items = v if isinstance(v, list) else [v]
     if len(items) > 4 or not all(isinstance(x, int) and not isinstance(x, bool)
                                  and abs(x) <= MAX_MW for x in items):
-        raise ValueError("set_to is not a setting value")
+        raise InputError("set_to is not a setting value")
     return v
 
 
@@ -506,7 +507,7 @@ class DeviceJournal:
         to restore). Returns whether a new entry was written; :class:`JournalWriteError`
         (nothing recorded: do not change the setting) when the file cannot be written."""
         if setting not in SETTINGS:
-            raise ValueError(f"unknown setting {setting!r}; known: {SETTINGS}")
+            raise InputError(f"unknown setting {setting!r}; known: {SETTINGS}")
         if self.has(setting):
             return False
         entry = JournalEntry(setting, restore_mw, set_to, time.time())

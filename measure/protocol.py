@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from frontier.errors import InputError
 from frontier.operating_point import OperatingPoint
 from frontier.signature import Signature
 
@@ -64,15 +65,15 @@ class Protocol:
 
     def __post_init__(self) -> None:
         if self.window not in ("tick_aligned", "naive"):
-            raise ValueError(f"Protocol.window must be 'tick_aligned' or 'naive', got {self.window!r}")
+            raise InputError(f"Protocol.window must be 'tick_aligned' or 'naive', got {self.window!r}")
         for k in ("window_s", "target_rse", "tick_timeout_s", "ready_window_s"):
             if not getattr(self, k) > 0:
-                raise ValueError(f"Protocol.{k} must be > 0, got {getattr(self, k)!r}")
+                raise InputError(f"Protocol.{k} must be > 0, got {getattr(self, k)!r}")
         for k in ("warmup_s", "cooldown_s", "cooldown_max_s", "poll_s", "preheat_max_s"):
             if getattr(self, k) < 0:
-                raise ValueError(f"Protocol.{k} must be >= 0, got {getattr(self, k)!r}")
+                raise InputError(f"Protocol.{k} must be >= 0, got {getattr(self, k)!r}")
         if not 1 <= self.min_windows <= self.max_windows:
-            raise ValueError(f"need 1 <= min_windows ({self.min_windows}) <= max_windows ({self.max_windows})")
+            raise InputError(f"need 1 <= min_windows ({self.min_windows}) <= max_windows ({self.max_windows})")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready description (goes into every signature's metadata)."""

@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from frontier.errors import UnknownNameError
 from frontier.formats import KINDS, content, validate
 
 from .device import Device, DeviceError, FeatureUnavailableError
@@ -129,7 +130,7 @@ class SelftestReport:
         for c in self.checks:
             if c.name == name:
                 return c
-        raise KeyError(name)
+        raise UnknownNameError(name)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON report (``format`` = :data:`FORMAT`; fields in docs/selftest.md)."""

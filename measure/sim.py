@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from frontier.errors import InputError, UnknownNameError
 from frontier.operating_point import OperatingPoint
 
 from .device import Device, OperatingSet, Reading, ReadOnlyError
@@ -173,9 +174,9 @@ class SimKernel:
     def __post_init__(self) -> None:
         for k in ("flops", "bytes", "link_bytes", "overhead_s"):
             if getattr(self, k) < 0:
-                raise ValueError(f"SimKernel {self.name!r}: {k} must be >= 0")
+                raise InputError(f"SimKernel {self.name!r}: {k} must be >= 0")
         if self.flops == 0 and self.bytes == 0 and self.link_bytes == 0 and self.overhead_s == 0:
-            raise ValueError(f"SimKernel {self.name!r} does no work (flops, bytes, link_bytes all 0)")
+            raise InputError(f"SimKernel {self.name!r} does no work (flops, bytes, link_bytes all 0)")
 
 
 _ATT_FLOPS = 4 * 4 * 32 * 4096 * 4096 * 128 / 2   # causal SDPA, B=4 H=32 S=4096 D=128
@@ -236,7 +237,7 @@ def preset(name: str) -> SimKernel:
     try:
         return PRESETS[name]
     except KeyError:
-        raise KeyError(f"unknown simulated kernel {name!r}; known: {sorted(PRESETS)}") from None
+        raise UnknownNameError(f"unknown simulated kernel {name!r}; known: {sorted(PRESETS)}") from None
 
 
 @dataclass(frozen=True)
@@ -599,7 +600,7 @@ class SimulatedGPU(Device):
 
     def _run(self, work: Any, n: int, sm_count: int | None, on_half: Callable[[], None] | None) -> None:
         if n < 0:
-            raise ValueError(f"n must be >= 0, got {n}")
+            raise InputError(f"n must be >= 0, got {n}")
         n = int(n)
         half = (n + 1) // 2        # read once this many invocations are done (at least one)
         with self._working():

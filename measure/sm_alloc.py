@@ -41,6 +41,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from frontier.errors import InputError
+
 from .device import Device, DeviceError, FeatureUnavailableError
 
 log = logging.getLogger(__name__)
@@ -199,7 +201,7 @@ def allocate_sms(num_sms: int, device_index: int = 0, torch: Any = None,
     """A green context with ``num_sms`` SMs on ``device_index`` (use as a context manager);
     ``granted`` is read back from the context (else rounded up to ``granularity``)."""
     if num_sms < 1:
-        raise ValueError(f"num_sms must be >= 1, got {num_sms}")
+        raise InputError(f"num_sms must be >= 1, got {num_sms}")
     torch = torch if torch is not None else _torch()
     cls = green_context_class(torch)
     try:
@@ -403,7 +405,7 @@ def split_sms(counts: Sequence[int], device_index: int = 0, torch: Any = None, d
     before anything is created."""
     counts = [int(n) for n in counts]
     if not counts or any(n < 1 for n in counts):
-        raise ValueError(f"SM counts must be >= 1 (at least one), got {counts}")
+        raise InputError(f"SM counts must be >= 1 (at least one), got {counts}")
     want = [rounded_up(n, granularity) for n in counts]
     if sm_total is not None and sum(want) > sm_total:
         raise FeatureUnavailableError(

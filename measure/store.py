@@ -67,7 +67,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from frontier.errors import EnergyCalculusError, FormatError
+from frontier.errors import EnergyCalculusError, FormatError, InputError
 from frontier.formats import KINDS, content
 from frontier.io import check_own_path
 from frontier.operating_point import OperatingPoint
@@ -467,7 +467,7 @@ class ResultsStore:
                                 path=f"signatures[{k.element}]")
                 bad = _nonfinite_problem(sig)
                 if bad is not None:
-                    raise ValueError(bad)
+                    raise InputError(bad)
             except (ValueError, TypeError) as exc:    # UnicodeDecodeError, JSON, FormatError
                 self._warn_row(row_id, _row_label(r), _why(exc))
                 continue
@@ -607,7 +607,7 @@ class ResultsStore:
                 r = _texts(raw)
                 key, body = list(r[:9]), json.loads(r[9])
                 if not isinstance(body, dict):
-                    raise ValueError("the signature is not a JSON object")
+                    raise InputError("the signature is not a JSON object")
             except (ValueError, TypeError) as exc:
                 self._warn_row(row_id, _row_label(raw), _why(exc))
                 continue

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from frontier.errors import InputError
 from frontier.operating_point import OperatingPoint
 from frontier.signature import Signature
 
@@ -189,10 +190,10 @@ def sweep(device: Device, works: Mapping[str | None, Any], element: str,
     g.validate(opset, read_only=device.read_only)
     g, sm_granted = _as_granted(device, g)
     if ready_power_w is not None and g.changes_device:
-        raise ValueError("ready_power_w is for sweeps at one ω_dev; this grid changes clocks or "
+        raise InputError("ready_power_w is for sweeps at one ω_dev; this grid changes clocks or "
                          "power limits, whose ready power is calibrated per ω_dev")
     if early_stop_k is not None and early_stop_k < 1:
-        raise ValueError(f"early_stop_k must be >= 1, got {early_stop_k}")
+        raise InputError(f"early_stop_k must be >= 1, got {early_stop_k}")
     log = (ResultsLog.open(results_path, f"sweep of {element} on {device.name}")
            if results_path is not None else ResultsLog(None))
     with log:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import math
 
+from frontier.errors import InputError
+
 from .feasibility import meets_deadline
 from .model import Problem
 
@@ -14,7 +16,7 @@ def brute_force(p: Problem, deadline_s: float, max_assignments: int = 200_000) -
     ix = p.index
     total = math.prod(ix.k)
     if total > max_assignments:
-        raise ValueError(f"brute force: {total} assignments exceed {max_assignments}")
+        raise InputError(f"brute force: {total} assignments exceed {max_assignments}")
     best, best_e = None, math.inf
     for ch in itertools.product(*(range(k) for k in ix.k)):
         mk = ix.makespan(ch)

@@ -36,6 +36,8 @@ from collections.abc import Callable
 from statistics import NormalDist
 from typing import Any
 
+from frontier.errors import InputError
+
 from .feasibility import meets_deadline, p_meets
 from .model import InfeasibleError, Problem
 from .plan import Plan, format_probability
@@ -58,7 +60,7 @@ def z_of(confidence: float) -> float:
     """z_P = Φ⁻¹(P) of the standard normal; P must be in [0.5, 1)."""
     p = float(confidence)
     if not (0.5 <= p < 1.0) or math.isnan(p):
-        raise ValueError(f"confidence must be in [0.5, 1), got {confidence!r}")
+        raise InputError(f"confidence must be in [0.5, 1), got {confidence!r}")
     return 0.0 if p == 0.5 else NormalDist().inv_cdf(p)
 
 

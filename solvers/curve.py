@@ -16,6 +16,8 @@ from dataclasses import replace
 
 import numpy as np
 
+from frontier.errors import InputError
+
 from .dp import chain_order
 from .fast import polish_budget, solve_fast
 from .feasibility import bound_proves, check_bound
@@ -274,7 +276,7 @@ def _prefixes(p: Problem, fast: np.ndarray, slow: np.ndarray, order: str,
         dc = np.array([ix.cost[v][fast[v]] - ix.cost[v][slow[v]] for v in diff])
         key = np.where(dt > 0, dc / np.where(dt > 0, dt, 1.0), np.inf)
     else:
-        raise ValueError(f"unknown order {order!r}")
+        raise InputError(f"unknown order {order!r}")
     diff = diff[np.argsort(key, kind="stable")]
     k = diff.size + 1
     base = ix.durations(slow)

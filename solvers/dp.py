@@ -32,6 +32,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from frontier.errors import InputError
+
 from .feasibility import latest_makespan_s, meets_deadline
 from .model import Problem
 from .options import DpOptions
@@ -302,7 +304,7 @@ def solve_chain(p: Problem, deadline_s: float, order: list[int], opts: DpOptions
     lam, lb, ch, ub = lagrangian(ca, deadline_s)
     deadline_s = latest_makespan_s(deadline_s)
     if ch is None:
-        raise ValueError("no feasible chain plan")   # callers check feasibility first
+        raise InputError("no feasible chain plan")   # callers check feasibility first
     tol = rel_tol * max(abs(ub), 1.0)
     exact = ub - lb <= tol
     labels = 0
@@ -356,7 +358,7 @@ def _solve_wrapped(p: Problem, deadline_s: float, order: list[int], opts: DpOpti
         if best is None or r.energy_j < best.energy_j:
             best = replace(r, choice=choice)
     if best is None:
-        raise ValueError("no feasible chain plan")   # callers check feasibility first
+        raise InputError("no feasible chain plan")   # callers check feasibility first
     # exact when every run was (then lb is the least optimum, the best plan's energy)
     return ChainResult(best.choice, best.energy_j, float(lb), runs_exact, labels)
 

@@ -18,6 +18,8 @@ import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import coo_matrix, csr_matrix
 
+from frontier.errors import InputError
+
 from .guarded import ChildFailed, ChildServer
 from .model import Problem
 from .options import LimitOptions
@@ -163,7 +165,7 @@ class HullLP:
         rows, vals = [], []
         for v, (t, c) in values.items():
             if self.off[v + 1] != self.off[v]:
-                raise ValueError(f"task {v} has more than one hull vertex")
+                raise InputError(f"task {v} has more than one hull vertex")
             self.t_slow[v] = t
             self.c_slow[v] = c
             for k in np.flatnonzero(self.row_owner == v):

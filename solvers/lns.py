@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from frontier.errors import InputError
+
 from .feasibility import meets_deadline, plan_meets_deadline
 from .model import Problem
 from .options import SearchOptions
@@ -174,7 +176,7 @@ def path_window(p: Problem, path: list[int], choice: np.ndarray, start_s: np.nda
                 if ix.tau[v] is not None:
                     link = (ix.tau[v], ix.extra[v])
             else:
-                raise ValueError(f"path: task {ix.names[v]} follows its device neighbour "
+                raise InputError(f"path: task {ix.names[v]} follows its device neighbour "
                                  f"{ix.names[u]} without being next to it in the path")
         w = ix.dev_next[v]
         if w >= 0 and w not in on:

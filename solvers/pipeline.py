@@ -49,6 +49,8 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from frontier.errors import InputError
+
 from .limits import check_options, check_tasks
 from .model import Option, Problem
 from .options import DEFAULT_MAX_TASKS
@@ -93,15 +95,15 @@ def check_interleaved(n_stages: int, n_microbatches: int, n_chunks: int,
     Raises ValueError with a one-line reason."""
     _check_shape(n_stages, n_microbatches)
     if isinstance(n_chunks, bool) or not isinstance(n_chunks, int) or n_chunks < 2:
-        raise ValueError(f"interleaved 1F1B needs >= 2 chunks per stage, got {n_chunks!r} "
+        raise InputError(f"interleaved 1F1B needs >= 2 chunks per stage, got {n_chunks!r} "
                          "(one chunk is plain 1F1B)")
     n = n_stages if group_size is None else group_size
     if isinstance(n, bool) or not isinstance(n, int) or not n_stages <= n <= n_microbatches:
-        raise ValueError(f"interleaved 1F1B: group size {n!r} must be an integer in "
+        raise InputError(f"interleaved 1F1B: group size {n!r} must be an integer in "
                          f"[stages={n_stages}, microbatches={n_microbatches}]")
     rest = n_microbatches % n
     if 0 < rest < n_stages:
-        raise ValueError(f"interleaved 1F1B: microbatches mod group size = {rest} must be 0 or "
+        raise InputError(f"interleaved 1F1B: microbatches mod group size = {rest} must be 0 or "
                          f">= stages ({n_stages}); the last group would wait on dependencies")
     return n
 
@@ -146,9 +148,9 @@ def device_name(stage: int) -> str:
 def _check_shape(n_stages: int, n_microbatches: int, stage: int | None = None) -> None:
     for what, v in (("stages", n_stages), ("microbatches", n_microbatches)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"a pipeline needs an integer >= 1 of {what}, got {v!r}")
+            raise InputError(f"a pipeline needs an integer >= 1 of {what}, got {v!r}")
     if stage is not None and not 0 <= stage < n_stages:
-        raise ValueError(f"stage {stage!r} is not in 0..{n_stages - 1}")
+        raise InputError(f"stage {stage!r} is not in 0..{n_stages - 1}")
 
 
 def pipeline_task_count(n_stages: int, n_microbatches: int, n_chunks: int = 1) -> int:
@@ -166,7 +168,7 @@ def pipeline_layout(schedule: str, n_stages: int, n_microbatches: int, n_chunks:
     ``max_tasks`` tasks (None: no limit) raise :class:`~solvers.model.ProblemTooLargeError`
     before anything is built."""
     if schedule not in SCHEDULES:
-        raise ValueError(f"unknown pipeline schedule {schedule!r}; known: {', '.join(SCHEDULES)}")
+        raise InputError(f"unknown pipeline schedule {schedule!r}; known: {', '.join(SCHEDULES)}")
     _check_shape(n_stages, n_microbatches)
     shape = f"{n_stages} stages x {n_microbatches} microbatches" + (
         f" x {n_chunks} chunks" if schedule == "interleaved-1f1b" else "")
@@ -189,7 +191,7 @@ def pipeline_layout(schedule: str, n_stages: int, n_microbatches: int, n_chunks:
                 edges.append((task_name(r1, "backward", m, c1), task_name(r0, "backward", m, c0)))
         return order, edges
     if n_chunks != 1:
-        raise ValueError(f"{schedule} has one chunk per stage, got {n_chunks!r} (use interleaved-1f1b)")
+        raise InputError(f"{schedule} has one chunk per stage, got {n_chunks!r} (use interleaved-1f1b)")
     per = stage_order if schedule == "1f1b" else gpipe_order
     for s in range(S):
         order[s] = [(task_name(s, i, m), 0, i, m) for i, m in per(s, S, M)]
@@ -235,7 +237,7 @@ def pipeline(schedule: str, n_stages: int, n_microbatches: int,
                     raw = list(get(*args))
                 except KeyError:
                     what = f"stage {s} chunk {c} {inst}" if chunked else f"stage {s} {inst}"
-                    raise ValueError(f"{schedule}: no options for {what}") from None
+                    raise InputError(f"{schedule}: no options for {what}") from None
                 prefix = f"s{s}v{c}" if chunked else f"s{s}"
                 opts[(c, inst)] = [o if isinstance(o, Option) else _keyed(o, prefix, inst, j)
                                    for j, o in enumerate(raw)]
@@ -276,7 +278,7 @@ def one_f_one_b(n_stages: int, n_microbatches: int,
     ``max_tasks``: see :func:`pipeline`.
     """
     if n_stages < 1 or n_microbatches < 1:
-        raise ValueError(f"1F1B needs >= 1 stage and microbatch, got {n_stages} x {n_microbatches}")
+        raise InputError(f"1F1B needs >= 1 stage and microbatch, got {n_stages} x {n_microbatches}")
     return pipeline("1f1b", n_stages, n_microbatches, options, idle_power_w=idle_power_w,
                     transitions=transitions, name=name or f"1f1b-{n_stages}x{n_microbatches}",
                     steady_state=steady_state, max_tasks=max_tasks)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from frontier.errors import FormatError
+from frontier.errors import FormatError, InputError
 from frontier.formats import KINDS, check_format
 from frontier.io import read_json, write_json_atomic
 from frontier.signature import Term, variances_from_terms
@@ -354,7 +354,7 @@ class ParetoCurve:
         if ch is not None:
             ch = np.asarray(ch)
             if ch.ndim != 2 or ch.shape[0] != len(self.dense):
-                raise ValueError(f"dense_choices has shape {ch.shape}; expected one row per dense "
+                raise InputError(f"dense_choices has shape {ch.shape}; expected one row per dense "
                                  f"point ({len(self.dense)})")
             if ch.flags.writeable:
                 ch = ch.copy()
@@ -433,9 +433,9 @@ class ParetoCurve:
         mk, e, b = self.dense[j]
         problem = problem if problem is not None else self.source
         if problem is None:
-            raise ValueError("an interpolated point becomes a Plan on its problem: pass problem=")
+            raise InputError("an interpolated point becomes a Plan on its problem: pass problem=")
         if self.dense_choices is None:
-            raise ValueError(f"curve {self.problem!r} keeps no choices for its interpolated points "
+            raise InputError(f"curve {self.problem!r} keeps no choices for its interpolated points "
                              "(a file written before they were kept): compute the curve again")
         self._check_tasks(problem)
         choice = self.dense_choices[j]
@@ -444,7 +444,7 @@ class ParetoCurve:
             if problem is self.source:
                 raise CertificateError(f"{self.problem}: interpolated point {i} rebuilds to "
                                        f"{again!r} J, reported {e!r} J (internal error)")
-            raise ValueError(f"point {i} costs {again:.6g} J on problem {problem.name!r}, not the "
+            raise InputError(f"point {i} costs {again:.6g} J on problem {problem.name!r}, not the "
                              f"{e:.6g} J the curve reports: made from other signatures or "
                              "options? compute the curve again")
         pl = make_plan(problem, choice, mk, method=INTERPOLATED, lower_bound_j=b,
@@ -464,7 +464,7 @@ class ParetoCurve:
         problem = problem if problem is not None else self.source
         if isinstance(deadline, str):
             if problem is None:
-                raise ValueError(f"deadline {deadline!r} is relative to a problem: pass problem=")
+                raise InputError(f"deadline {deadline!r} is relative to a problem: pass problem=")
             d = problem.deadline_s(deadline)
         else:
             d = float(deadline)
@@ -486,15 +486,15 @@ class ParetoCurve:
         names = problem.index.names
         ch = self.dense_choices
         if self.plans and tuple(t.name for t in self.plans[0].tasks) != tuple(names):
-            raise ValueError(f"problem {problem.name!r} does not have the tasks of curve "
+            raise InputError(f"problem {problem.name!r} does not have the tasks of curve "
                              f"{self.problem!r}")
         if ch is not None and ch.shape[1] != len(names):
-            raise ValueError(f"curve {self.problem!r} has {ch.shape[1]} tasks per point; problem "
+            raise InputError(f"curve {self.problem!r} has {ch.shape[1]} tasks per point; problem "
                              f"{problem.name!r} has {len(names)}")
         if ch is not None and len(ch):
             n_opt = np.array([len(t.options) for t in problem.tasks])
             if (ch.max(axis=0) >= n_opt).any():
-                raise ValueError(f"curve {self.problem!r} names options problem "
+                raise InputError(f"curve {self.problem!r} names options problem "
                                  f"{problem.name!r} does not have")
 
     @property

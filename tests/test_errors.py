@@ -52,5 +52,30 @@ def test_the_cli_shows_an_internal_error_as_a_bug(monkeypatch, capsys):
         raise CertificateError("the plan's own check failed")
 
     monkeypatch.setattr(commands, "cmd_compose", broken)
-    with pytest.raises(CertificateError):
-        cli.main(["compose", "x.json"])
+    assert cli.main(["compose", "x.json"]) == cli.INTERNAL_ERROR_EXIT == 70
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "CertificateError" in err and "this is a bug" in err
+
+
+@pytest.mark.parametrize("exc", [ValueError("deep inside"), KeyError("k"), TypeError("t")])
+def test_a_stray_builtin_error_is_a_bug_not_bad_input(monkeypatch, capsys, exc):
+    """Only the project's own errors and OSError are the user's fault (exit 2, one line);
+    a bare ValueError/KeyError from deep inside is shown as the bug it is (exit 70)."""
+    from ecal import cli, commands
+
+    def broken(args):
+        raise exc
+
+    monkeypatch.setattr(commands, "cmd_compose", broken)
+    assert cli.main(["compose", "x.json"]) == 70
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_the_projects_own_bad_input_stays_one_line_exit_2(tmp_path, capsys):
+    from ecal import cli
+
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "ecal.workbook/1", "signatures": {"a": {"time_s": -1}}}')
+    assert cli.main(["compose", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "bad.json" in err[0]

