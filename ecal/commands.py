@@ -46,14 +46,11 @@ def cmd_compose(args: argparse.Namespace) -> int:
 
 def _workbook_with(file: str, exprs: list[str]) -> Any:
     """The workbook ``file`` (a workbook or any signature file) with the compositions given
-    on the command line as ``NAME=EXPR`` (EXPR as JSON) appended to its own."""
+    on the command line as ``NAME=EXPR`` (EXPR as JSON) evaluated after its own."""
     import json
 
-    from frontier.io import load_workbook, parse_workbook, read_json
+    from frontier.io import load_workbook
 
-    if not exprs:
-        return load_workbook(file)
-    doc = read_json(file)
     added = []
     for e in exprs:
         name, eq, text = e.partition("=")
@@ -64,15 +61,7 @@ def _workbook_with(file: str, exprs: list[str]) -> Any:
         except json.JSONDecodeError:
             expr = text.strip()            # a bare signature name
         added.append({"name": name.strip(), "expr": expr})
-    if isinstance(doc, dict):
-        # A signature file with compositions is a workbook (read first as what it says it is).
-        from frontier.formats import KINDS
-
-        load_workbook(file)
-        doc = {**{k: v for k, v in doc.items() if k not in ("format", "schema_version", "version")},
-               "format": KINDS["workbook"].tag,
-               "compositions": [*doc.get("compositions", []), *added]}
-    return parse_workbook(doc, file)
+    return load_workbook(file, added)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -157,7 +146,7 @@ def frontier_file_doc(fronts: dict[str, Any], groups: dict[str, list], criterion
     """``ecal frontier -o``'s file: a signature file of the frontier points (every command that
     reads signatures reads it, ``ecal frontier`` included), keyed ``element@point`` as
     ``ecal characterize`` writes them, with a ``meta.frontier`` block saying what was kept."""
-    from frontier.codec import signature_to_dict
+    from frontier.io import signatures_doc
     from frontier.pareto import point_label
 
     sigs: dict[str, Any] = {}
@@ -166,14 +155,11 @@ def frontier_file_doc(fronts: dict[str, Any], groups: dict[str, list], criterion
             key = p.name if element_of(p.name) == el and "@" in p.name else f"{el}@{point_label(p)}"
             while key in sigs:          # two points with one label (a store of several GPUs)
                 key += "'"
-            sigs[key] = signature_to_dict(p)
+            sigs[key] = p
     meta = {"frontier": {"criterion": criterion, "source": str(source),
                          "elements": {el: {"measured": len(groups[el]), "frontier": len(f)}
                                       for el, f in fronts.items()}}}
-    from frontier.formats import KINDS, SI_UNITS
-
-    return {"format": KINDS["signatures"].tag, "units": dict(SI_UNITS), "signatures": sigs,
-            "meta": meta}
+    return signatures_doc(sigs, {"meta": meta})
 
 
 # -- characterize ------------------------------------------------------------------------------

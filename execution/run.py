@@ -34,7 +34,7 @@ import numpy as np
 from frontier.deviation import deviation
 from frontier.operating_point import OperatingPoint
 from frontier.signature import Signature
-from measure.device import Device, restoring
+from measure.device import Device, can_co_run, restoring
 from measure.protocol import Protocol, measure_ready_power_w, relative_se, wait_for_tick
 from measure.sim import SimulatedGPU
 from solvers.model import Problem
@@ -163,7 +163,7 @@ def _open_devices(names: Sequence[str], seed: int, devices: Mapping[str, Device]
     if missing:
         raise ExecutionError(f"no device given for plan device(s) {missing}")
     for d in co_runs:
-        if not callable(getattr(devices[d], "run_parallel", None)):
+        if not can_co_run(devices[d]):
             raise ExecutionError(f"device {d!r} ({devices[d].name}) cannot co-run streams "
                                  "(run_parallel), which its TaskWork co-runs need: give CallableWork "
                                  "(one callable per task) for a real GPU")

@@ -143,15 +143,11 @@ def windows(ticks: list[dict[str, Any]], window_s: float) -> list[dict[str, Any]
 
 
 def _line(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
-    """Least-squares slope, its standard error, and the intercept."""
-    n = len(xs)
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
-    icpt = my - slope * mx
-    res = sum((y - icpt - slope * x) ** 2 for x, y in zip(xs, ys))
-    se = math.sqrt(res / max(n - 2, 1) / sxx)
-    return slope, se, icpt
+    """Least-squares slope, its standard error, and the intercept (scipy.stats.linregress)."""
+    from scipy.stats import linregress
+
+    r = linregress(xs, ys)
+    return float(r.slope), float(r.stderr), float(r.intercept)
 
 
 def fit(path: Path, window_s: float) -> str:

@@ -25,6 +25,7 @@ import importlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import FormatError, InputError
@@ -202,7 +203,7 @@ def content(file: str, doc: Any, kind_name: str, *, required: bool = True) -> tu
 
 
 #: The units every file of this project is in (the field names carry them: ``time_s``...).
-SI_UNITS: Mapping[str, str] = {"time": "s", "energy": "J", "power": "W"}
+SI_UNITS: Mapping[str, str] = MappingProxyType({"time": "s", "energy": "J", "power": "W"})
 
 
 def check_units(file: str, units: Any, path: str = "units") -> None:

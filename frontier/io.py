@@ -73,7 +73,7 @@ import math
 import os
 import stat
 import tempfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -99,14 +99,15 @@ from .compose import MAX_REPEAT, par, par_multi, repeat, seq
 from .compose import idle as idle_element
 from .deviation import DeviationResult, critical_value, deviation
 from .errors import EnergyCalculusError, FormatError, InputError, UnknownNameError
-from .formats import KINDS, check_units, content, validate
+from .formats import KINDS, SI_UNITS, check_units, content, validate
 from .operating_point import OperatingPoint
 from .signature import Signature
 from .units import energy_unit, pm, time_unit
 
 #: The ``schema_version`` of signature files and workbooks before ``"format"`` (still read).
 SCHEMA_VERSION = 1
-UNITS = MappingProxyType({"time": "s", "energy": "J", "power": "W"})
+#: The units every file of this project is in (one declaration: frontier.formats.SI_UNITS).
+UNITS = SI_UNITS
 
 
 # -- JSON files ---------------------------------------------------------------------------------
@@ -523,12 +524,13 @@ def _parse_signatures(file: str, doc: Mapping, key: str = "signatures") -> dict[
     return out
 
 
-def save_signatures(path: str | os.PathLike, sigs: Mapping[str, Signature] | Iterable[Signature],
-                    extra: Mapping[str, Any] | None = None, kind: str = "signatures") -> Path:
-    """Write signatures to a signature file (atomically; ``"format": "ecal.signatures/1"``).
-    A mapping's keys are the names. ``extra``: the informational blocks its model declares
-    (``meta``, ``description``; a store export's ``store``, written with ``kind``
-    ``"store-export"``)."""
+def signatures_doc(sigs: Mapping[str, Signature] | Iterable[Signature],
+                   extra: Mapping[str, Any] | None = None, kind: str = "signatures",
+                   file: str = "<signatures>") -> dict[str, Any]:
+    """The JSON document of a signature file (``"format": "ecal.signatures/1"``, or ``kind``
+    ``"store-export"``). A mapping's keys are the names. ``extra``: the informational blocks
+    its model declares (``meta``, ``description``; a store export's ``store``). Errors name
+    ``file``."""
     if isinstance(sigs, Mapping):
         items = list(sigs.items())
     else:
@@ -536,17 +538,23 @@ def save_signatures(path: str | os.PathLike, sigs: Mapping[str, Signature] | Ite
     seen: set[str] = set()
     for k, s in items:
         if not isinstance(s, Signature):
-            raise FormatError(str(path), f"signatures.{k}", f"is a {type(s).__name__}, not a Signature")
+            raise FormatError(file, f"signatures.{k}", f"is a {type(s).__name__}, not a Signature")
         if k in seen:
-            raise FormatError(str(path), f"signatures.{k}", "two signatures have this name")
+            raise FormatError(file, f"signatures.{k}", "two signatures have this name")
         seen.add(k)
-    doc = {"format": KINDS[kind].tag, "units": dict(UNITS),  # kind: "signatures" or "store-export"
+    doc = {"format": KINDS[kind].tag, "units": dict(UNITS),
            "signatures": {k: signature_to_dict(s) for k, s in items}}
     for k, v in (extra or {}).items():
         if k in doc:
             raise InputError(f"extra block {k!r} would replace the file's own")
         doc[k] = v
-    return write_json_atomic(path, doc)
+    return doc
+
+
+def save_signatures(path: str | os.PathLike, sigs: Mapping[str, Signature] | Iterable[Signature],
+                    extra: Mapping[str, Any] | None = None, kind: str = "signatures") -> Path:
+    """Write :func:`signatures_doc` of ``sigs`` to ``path`` (atomically)."""
+    return write_json_atomic(path, signatures_doc(sigs, extra, kind, str(path)))
 
 
 def load_signatures(path: str | os.PathLike) -> dict[str, Signature]:
@@ -841,14 +849,18 @@ class Workbook:
         return {"file": self.file, "units": dict(UNITS), "compositions": out}
 
 
-def parse_workbook(doc: Any, file: str = "<workbook>") -> Workbook:
+def parse_workbook(doc: Any, file: str = "<workbook>",
+                   compositions: Sequence[Mapping[str, Any]] = ()) -> Workbook:
     """Build a :class:`Workbook` from an already-parsed JSON document (``ecal.workbook/1``, a
-    signature file, or an older ``schema_version`` 1 file)."""
+    signature file, or an older ``schema_version`` 1 file). ``compositions`` (``{name, expr}``
+    objects, as in a workbook) are evaluated after the file's own: a signature file, which
+    has none, can be composed as it is (``ecal compose --expr``)."""
     doc = _check_header(file, doc)
     sigs = _parse_signatures(file, doc)
     env = _Env(file, sigs)
     entries = []
-    for i, c in enumerate(_list(file, "compositions", doc.get("compositions", []), nonempty=False)):
+    own = _list(file, "compositions", doc.get("compositions", []), nonempty=False)
+    for i, c in enumerate([*own, *compositions]):
         path = f"compositions[{i}]"
         c = _obj(file, path, c)
         _unknown(file, path, c, ("name", "expr", "measured", "description"))
@@ -869,6 +881,8 @@ def parse_workbook(doc: Any, file: str = "<workbook>") -> Workbook:
     return Workbook(file, MappingProxyType(sigs), tuple(entries), desc if isinstance(desc, str) else None)
 
 
-def load_workbook(path: str | os.PathLike) -> Workbook:
-    """Read and evaluate a workbook file (format in the module docstring)."""
-    return parse_workbook(read_json(path), str(path))
+def load_workbook(path: str | os.PathLike,
+                  compositions: Sequence[Mapping[str, Any]] = ()) -> Workbook:
+    """Read and evaluate a workbook file (format in the module docstring), with
+    ``compositions`` evaluated after its own (see :func:`parse_workbook`)."""
+    return parse_workbook(read_json(path), str(path), compositions)

@@ -97,23 +97,20 @@ def save_characterizations(path: str | Path, results: list[CharacterizationResul
     ω_dev, shared by all elements when they were measured in one campaign). Two elements that
     share a key are an error naming it."""
     from frontier.errors import FormatError
-    from frontier.formats import KINDS
-    from frontier.io import UNITS, write_json_atomic
-    from frontier.pareto import signature_to_dict
+    from frontier.io import save_signatures
 
-    sigs: dict[str, Any] = {}
+    sigs: dict[str, Signature] = {}
     ready: dict[str, float] = {}
     for r in results:
         for k, s in r.keyed().items():
             if k in sigs:
                 raise FormatError(str(path), f"signatures.{k}", "two signatures have this name")
-            sigs[k] = signature_to_dict(s)
+            sigs[k] = s
         ready.update(r.meta.get("ready_power_w") or {})
     first = results[0].meta if results else {}
     meta = {"elements": [r.element for r in results], "device": first.get("device"),
             "simulated": bool(first.get("simulated")), "ready_power_w": ready}
-    return write_json_atomic(path, {"format": KINDS["signatures"].tag, "units": dict(UNITS),
-                                    "signatures": sigs, "meta": meta})
+    return save_signatures(path, sigs, {"meta": meta})
 
 
 def frontier_of(sigs: tuple[Signature, ...]) -> Any:

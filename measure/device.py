@@ -194,10 +194,11 @@ class Device(ABC):
         overrides the SM allocation in force for this call."""
 
     def run_parallel(self, streams: Sequence[Any]) -> None:
-        """Run several streams of work at once (a co-run) and synchronize. Devices that cannot
-        co-run raise :class:`NotImplementedError` naming themselves; the simulator can."""
-        raise NotImplementedError(f"{type(self).__name__} cannot run co-runs (run_parallel); "
-                                  "the simulated H200 (--device sim) can")
+        """Run several streams of work at once (a co-run) and synchronize. A device that can
+        overrides this (the simulator, :class:`~measure.nvml.NVMLDevice`); this one refuses
+        with :class:`FeatureUnavailableError` (:func:`can_co_run` tells without trying)."""
+        raise FeatureUnavailableError(f"{self.name}: cannot co-run (run_parallel); the simulated "
+                                      "H200 and an NVML device with PyTorch can")
 
     @abstractmethod
     def idle(self, duration_s: float) -> None:
@@ -233,6 +234,14 @@ class Device(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release driver resources. Backends that journal their changes (NVML) restore what is
         still changed first; others restore nothing (call :meth:`restore` first)."""
+
+
+def can_co_run(device: Any) -> bool:
+    """Whether ``device`` runs co-runs: it has a ``run_parallel`` of its own (not the
+    :class:`Device` base class's refusal). Checked before work starts, so a plan or a joint
+    characterization is refused at once rather than after its first measurements."""
+    own = getattr(type(device), "run_parallel", None)
+    return callable(own) and own is not Device.run_parallel
 
 
 def _add_note(exc: BaseException, note: str) -> None:

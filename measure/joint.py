@@ -31,7 +31,7 @@ from frontier.interaction import InteractionEntry, InteractionTable, PairKey, Pr
 from frontier.signature import Signature
 
 from .characterize import characterize
-from .device import Device, FeatureUnavailableError
+from .device import Device, FeatureUnavailableError, can_co_run
 from .grid import Grid, GridError, parse_grid
 from .protocol import Protocol
 from .sweep import Progress, print_progress
@@ -86,13 +86,11 @@ class CoRun:
     A callable work for :meth:`~measure.device.Device.run` (the protocol calls it n times)."""
 
     def __init__(self, device: Device, streams: Sequence[tuple[Any, int | None]], name: str):
-        run_parallel = getattr(device, "run_parallel", None)
-        # the base class's run_parallel only refuses: a device that co-runs overrides it
-        if not callable(run_parallel) or getattr(type(device), "run_parallel", None) is Device.run_parallel:
+        if not can_co_run(device):
             raise FeatureUnavailableError(
                 f"{device.name}: cannot co-run (run_parallel); joint characterization runs on "
                 "the simulated H200 or on an NVML device with PyTorch (NVMLDevice.run_parallel)")
-        self._run_parallel = run_parallel
+        self._run_parallel = device.run_parallel
         self.streams = tuple((w, sm) for w, sm in streams)
         self.name = name
         self.kappa = " || ".join(str(getattr(w, "kappa", None) or getattr(w, "name", "work"))

@@ -722,7 +722,7 @@ def import_signature_file(store: ResultsStore, path: str | os.PathLike, *,
 EXPORT_FORMAT = KINDS["store-export"].tag
 #: Before ``ecal.store-export/1``: an export was a signature file (``schema_version`` 1) whose
 #: ``store`` block said ``"format": "energy-calculus/store-export", "version": 1`` (still read).
-LEGACY_EXPORT_FORMAT = "energy-calculus/store-export"
+LEGACY_EXPORT_FORMAT = KINDS["store-export"].legacy_names[0]
 #: The key fields an export's ``store`` block records per signature (with campaign and unit).
 KEY_FIELDS = ("element", "kappa", "theta", "omega", "gpu_model", "uuid", "driver", "protocol",
               "host")
