@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates every figure and pasted output in README.md and the generated docs pages
-# (docs/cli.md, demo.md, loop.md, api.md, guarantees.md, studies.md; run from the repository root).
+# (docs/cli.md, demo.md, loop.md, api.md, guarantees.md, studies.md; run from the repository root):
+# runs the commands into docs/out/, then renders the pages from their sources in docs/src/.
 # Data: the bundled examples in ecal/examples/ and the simulated H200; nothing else.
 set -euo pipefail
 export MPLBACKEND=Agg
@@ -23,4 +24,4 @@ ecal plan ecal/examples/workload_1f1b.json --deadline 1.05x -o docs/route/plan.j
      --schedule docs/route/schedule.json                                  > docs/out/route_plan.txt
 ecal run docs/route/plan.json --workload ecal/examples/workload_1f1b.json > docs/out/route_run.txt || true   # exit 1: missed or flagged
 python experiments/h200_composition.py --out docs/out/h200 2>&1 | sed '/^wrote /d' > docs/out/h200.txt
-python docs/build_readme.py            # pastes docs/out/* into README.md and the docs pages
+python docs/build_docs.py             # renders docs/src/*.md (pasting docs/out/*) into README.md and the docs pages

@@ -45,7 +45,7 @@ EPILOG = """examples:
   ecal run plan.json --workload ecal/examples/workload_1f1b.json   # run it, measure it
   ecal characterize mytrain:make_fwd --device nvml:0 -o fwd.json    # your own code
   ecal pareto ecal/examples/pipeline_4x8.csv --plot pareto.png
-  ecal import nv-dvfs ../shared/data/nv-dvfs/v100-dvfs-real.csv -o v100.json
+  ecal import nv-dvfs v100-dvfs-real.csv -o v100.json   # published data; ecal import --help
   ecal store import runs.sqlite gemm.json sweep.jsonl   # one results store; ecal store list runs.sqlite
   ecal restore                                   # after a killed run: put GPU settings back
 
@@ -126,12 +126,12 @@ several works: ready power is calibrated once per operating point and shared; -o
     p.add_argument("--results", default=None,
                    help="JSON-lines file each point is appended to; a rerun resumes (several works: "
                         "one file per element, R.jsonl -> R.<element>.jsonl)")
-    p.add_argument("--window-s", type=float, default=0.6, help="target length of one measurement window, s")
-    p.add_argument("--warmup-s", type=float, default=0.2, help="unmeasured work before a point's first window, s")
+    p.add_argument("--window-s", type=float, default=0.6, help="target length of one measurement window, s (default: %(default)s)")
+    p.add_argument("--warmup-s", type=float, default=0.2, help="unmeasured work before a point's first window, s (default: %(default)s)")
     p.add_argument("--cooldown-s", type=float, default=0.0, help="idle gap before each window (null context), s")
-    p.add_argument("--min-windows", type=int, default=3, help="fewest windows per point")
-    p.add_argument("--max-windows", type=int, default=20, help="most windows per point")
-    p.add_argument("--target-rse", type=float, default=0.01, help="stop repeating at this relative std. error of E")
+    p.add_argument("--min-windows", type=int, default=3, help="fewest windows per point (default: %(default)s)")
+    p.add_argument("--max-windows", type=int, default=20, help="most windows per point (default: %(default)s)")
+    p.add_argument("--target-rse", type=float, default=0.01, help="stop repeating at this relative std. error of E (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="simulator seed")
     p.add_argument("--list", action="store_true", help="list the simulated kernel presets and exit")
     p.add_argument("-o", "--output", default=None, help="signature/frontier file to write (JSON)")
@@ -169,7 +169,7 @@ several works: ready power is calibrated once per operating point and shared; -o
                    help="a composition to predict, its expression as JSON as in a workbook's "
                         "compositions (e.g. step={\"seq\": [\"a\", \"b\"]}); repeatable; added "
                         "to the file's own (default: none)")
-    p.add_argument("--alpha", type=float, default=0.05, help="significance level for the bias bound (c_α)")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level for the bias bound (c_α) (default: %(default)s)")
     _add_json(p)
 
     p = sub.add_parser("check", help="compare measured composites with predictions (Eq. 23)",
@@ -179,7 +179,8 @@ several works: ready power is calibrated once per operating point and shared; -o
                                                    "(--pairs: when any pair must be characterized jointly)")
     p.add_argument("file", help="workbook with measured composites (with --pairs: a pair workload)")
     p.add_argument("--alpha", type=float, default=0.05,
-                   help="significance level of the Eq. 23 test (two-sided; c_α = z_{1-α/2})")
+                   help="significance level of the Eq. 23 test (two-sided; c_α = z_{1-α/2}; "
+                        "default: %(default)s)")
     p.add_argument("--bias-aware", action="store_true", help="accept the Eq. 13 bias bound as tolerance")
     from .cmd_pairs import add_pairs_arguments
 
@@ -232,7 +233,7 @@ several works: ready power is calibrated once per operating point and shared; -o
                             "idle_power_w); --p2p-power-w is the older name")
         p.add_argument("--transition-time-s", type=float, default=0.0, help="time to switch ω_dev, s")
         p.add_argument("--transition-energy-j", type=float, default=0.0, help="energy to switch ω_dev, J")
-        p.add_argument("--method", default="auto", help="auto, dp, ilp or fast")
+        p.add_argument("--method", default="auto", help="auto, dp, ilp or fast (default: %(default)s; see docs/solver.md)")
         p.add_argument("--confidence", type=float, default=0.95, metavar="P",
                        help="the deadline holds with this probability: predicted makespan + z_P·σ_T "
                             "meets it (default 0.95; 0.5: the makespan alone); every plan states "
@@ -248,15 +249,8 @@ several works: ready power is calibrated once per operating point and shared; -o
         p.add_argument("--plot", default=None, help="timeline / curve plot to write (PNG)")
         _add_json(p)
 
-    p = sub.add_parser("import", help="signatures from published measurements", formatter_class=fmt,
-                       epilog="kinds: h200, nv-dvfs, zeus-trace, zeus-log, zeus-monitor, zeus-plo, perseus\n"
-                              "example:\n"
-                              "  ecal import zeus-trace ../shared/data/zeus/nsdi23-traces/summary_power_v100.csv -o v100.json")
-    p.add_argument("kind", choices=["h200", "nv-dvfs", "zeus-trace", "zeus-log", "zeus-monitor",
-                                    "zeus-plo", "perseus"])
-    p.add_argument("path", help="input file")
-    p.add_argument("-o", "--output", required=True, help="signature file to write (JSON)")
-    _add_json(p)
+    from .cmd_import import add_import_parser
+    add_import_parser(sub, fmt)
 
     p = sub.add_parser("demo", help="the whole job on the simulated H200: characterize, compose, plan",
                        formatter_class=fmt, epilog="example:\n  ecal demo            # writes demo/")
@@ -384,8 +378,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     SIGTERM and SIGHUP are turned into :class:`Interrupted` for the whole run (installed
     before any command starts, so handlers a command installs, e.g. the device restore, chain
-    to it) and the previous handlers are back when ``main`` returns."""
-    with interrupts_raise():
+    to it) and the previous handlers are back when ``main`` returns. The library's warnings
+    and notes are shown as ``ecal: ...`` lines on stderr meanwhile (one log handler,
+    :func:`ecal.output.cli_logging`, removed when ``main`` returns)."""
+    from .output import cli_logging
+
+    with interrupts_raise(), cli_logging():
         try:
             return _run(argv)
         except KeyboardInterrupt as exc:   # e.g. during argument parsing or imports
@@ -419,9 +417,7 @@ def _run(argv: Sequence[str] | None) -> int:
 
     from . import commands
     from .common import check_finite_floats
-    from .output import show_warnings, silence
-
-    show_warnings()
+    from .output import silence
 
     handler = getattr(args, "handler", None) or getattr(commands, "cmd_" + args.command.replace("-", "_"))
     try:

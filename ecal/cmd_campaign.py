@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .output import dump_json
+from .output import dump_json, progress_reporter
 
 
 def add_campaign_arguments(p: argparse.ArgumentParser) -> None:
@@ -22,7 +22,9 @@ def add_campaign_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", default=None,
                    help="results store (.sqlite); default: the file's 'store', else FILE.sqlite")
     p.add_argument("--device", choices=["sim", "nvml"], default=None,
-                   help="override the file's device: sim (simulated H200s) or nvml (this host's GPUs)")
+                   help="override the file's device kind: sim (simulated H200s) or nvml (this "
+                        "host's GPUs; a campaign spans GPUs, so no :INDEX: --gpus N uses GPUs "
+                        "0..N-1; default: the file's, else sim)")
     p.add_argument("--gpus", type=int, default=None,
                    help="local workers, one per GPU (default: every GPU of the host; sim: 1)")
     p.add_argument("--ray", default=None, metavar="auto|local|ADDRESS",
@@ -32,7 +34,7 @@ def add_campaign_arguments(p: argparse.ArgumentParser) -> None:
                    help="CPUs each unit's Ray task asks for (default 1)")
     p.add_argument("--max-retries", type=int, default=None,
                    help="retries of a unit whose GPU failed (default: the file's, else 3)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true", help="no progress (bar or lines)")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
 
 
@@ -62,7 +64,7 @@ def cmd_campaign(args: argparse.Namespace) -> int:
         base = Path(args.file).parent
         store = str(base / spec.store) if spec.store else str(Path(args.file).with_suffix(".sqlite"))
     res = run_campaign(spec, store, gpus=args.gpus, ray_address=args.ray,
-                       progress=not (args.quiet or args.json),
+                       progress=progress_reporter(not (args.quiet or args.json)),
                        ray_cpus_per_task=args.ray_cpus_per_task)
     if args.json:
         dump_json(res.to_dict())

@@ -15,25 +15,28 @@ import argparse
 import sys
 from typing import Any
 
-KINDS = ("zeus-pfo",)
-
 
 def add_export_arguments(sub: Any, formatter_class: Any = argparse.RawDescriptionHelpFormatter
                          ) -> argparse.ArgumentParser:
-    """Add the ``export`` subcommand to ``sub`` (the ``add_subparsers`` object of ``ecal``)."""
+    """Add the ``export`` subcommand to ``sub`` (the ``add_subparsers`` object of ``ecal``), with
+    one sub-command per target so ``ecal export zeus-pfo --help`` shows that target's help."""
     p = sub.add_parser("export", help="write a plan in the form another tool deploys (Zeus PFO)",
-                       formatter_class=formatter_class, epilog=(
-                           "examples:\n  ecal export zeus-pfo schedule.json -o freqs.py\n"
-                           "  ecal export zeus-pfo plan.json -o freqs.sched.json --json\n"
-                           "deploy: ZEUS_PFO_SCHEDULER=PointSolution "
-                           "ZEUS_PFO_SCHEDULER_ARGS='{\"solution_path\": \"freqs.py\"}'\n"
-                           "Zeus sets only SM clocks: power limits, memory clocks and SM "
-                           "allocations are dropped (warned on stderr)"))
-    p.add_argument("kind", choices=KINDS, help="target: zeus-pfo (Zeus pipeline frequency optimizer)")
-    p.add_argument("plan", help="ecal.schedule/1 file (ecal plan --schedule) or ecal.plan/1 plan")
-    p.add_argument("-o", "--output", required=True,
+                       formatter_class=formatter_class,
+                       epilog="example:\n  ecal export zeus-pfo schedule.json -o freqs.py")
+    targets = p.add_subparsers(dest="kind", metavar="TARGET", required=True)
+    t = targets.add_parser(
+        "zeus-pfo", help="Zeus pipeline frequency optimizer (Perseus)", formatter_class=formatter_class,
+        description="A plan or schedule as Zeus's pipeline frequency optimizer deploys it.",
+        epilog=("examples:\n  ecal export zeus-pfo schedule.json -o freqs.py\n"
+                "  ecal export zeus-pfo plan.json -o freqs.sched.json --json\n"
+                "deploy: ZEUS_PFO_SCHEDULER=PointSolution "
+                "ZEUS_PFO_SCHEDULER_ARGS='{\"solution_path\": \"freqs.py\"}'\n"
+                "Zeus sets only SM clocks: power limits, memory clocks and SM "
+                "allocations are dropped (warned on stderr)"))
+    t.add_argument("plan", help="ecal.schedule/1 file (ecal plan --schedule) or ecal.plan/1 plan")
+    t.add_argument("-o", "--output", required=True,
                    help="file to write: .py (PointSolution solution file) or .json (FrequencySchedule list)")
-    p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
+    t.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
     return p
 
 

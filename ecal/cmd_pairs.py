@@ -221,8 +221,8 @@ def parse_workload(doc: Any, file: str = "<workload>") -> PairWorkload:
 
 
 def load_workload(path: str) -> PairWorkload:
-    """Read and parse a pair workload file (strict JSON: see :func:`frontier.io.read_json`)."""
-    from frontier.io import read_json
+    """Read and parse a pair workload file (strict JSON: see :func:`frontier.files.read_json`)."""
+    from frontier.files import read_json
 
     return parse_workload(read_json(path), str(path))
 

@@ -66,7 +66,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --workload: the same override ecal plan was given, if any")
     p.add_argument("--seed", type=int, default=0, help="simulator seed (default 0, as ecal demo)")
     p.add_argument("--target-rse", type=float, default=0.01,
-                   help="repeat steps until the step energy's relative standard error is this")
+                   help="repeat steps until the step energy's relative standard error is this "
+                        "(default: %(default)s)")
     p.add_argument("--no-baselines", action="store_true",
                    help="run the plan only, not the baselines its workload names")
     p.add_argument("-o", "--output", default=None, help="execution result to write (JSON)")

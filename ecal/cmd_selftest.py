@@ -13,9 +13,8 @@ is still printed and written), 2 on bad input or a device that cannot be opened.
 from __future__ import annotations
 
 import argparse
-import sys
 
-from .output import dump_json
+from .output import dump_json, progress_reporter
 
 
 def add_selftest_arguments(p: argparse.ArgumentParser) -> None:
@@ -34,7 +33,7 @@ def add_selftest_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_selftest(args: argparse.Namespace) -> int:
     """Run the read-only checks on ``--device``; print the table (or JSON); write ``-o``."""
     import measure
-    from frontier.io import write_json_atomic
+    from frontier.files import write_json_atomic
     from measure.selftest import run_selftest
 
     from .common import UsageError
@@ -46,10 +45,12 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     if args.output:
         check_output_path(args.output, "-o")
     device = measure.open_device(args.device, read_only=True, seed=args.seed)
+    reporter = progress_reporter(not args.json)
     try:
-        say = None if args.json else (lambda s: print(f"selftest: {s} ...", file=sys.stderr, flush=True))
-        report = run_selftest(device, progress=say)
+        report = run_selftest(device, progress=reporter)
     finally:
+        if reporter is not None:
+            reporter.close()        # the bar (a terminal) ends before the table is printed
         device.close()
     doc = report.to_dict()
     if args.output:

@@ -22,7 +22,7 @@ from .output import (
     check_output_dir,
     check_output_path,
     dump_json,
-    survive_broken_pipe,
+    progress_reporter,
 )
 
 # -- compose / check ---------------------------------------------------------------------------
@@ -49,7 +49,7 @@ def _workbook_with(file: str, exprs: list[str]) -> Any:
     on the command line as ``NAME=EXPR`` (EXPR as JSON) evaluated after its own."""
     import json
 
-    from frontier.io import load_workbook
+    from frontier.workbook import load_workbook
 
     added = []
     for e in exprs:
@@ -71,7 +71,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         from .cmd_pairs import cmd_check_pairs
 
         return cmd_check_pairs(args)
-    from frontier.io import load_workbook
+    from frontier.workbook import load_workbook
 
     wb = load_workbook(args.file)
     results = wb.check(alpha=args.alpha, bias_aware=args.bias_aware)
@@ -290,11 +290,10 @@ def cmd_characterize(args: argparse.Namespace) -> int:
         results_paths = _results_paths(args.results, names)
         for rp in results_paths if len(results_paths) > 1 and args.results else ():
             check_output_path(rp, "--results")
-        progress = None if args.json else survive_broken_pipe(measure.print_progress)
+        progress = progress_reporter(not args.json)     # a bar on a terminal, else lines
         if adaptive:
-            # adaptive reports one line per measured point (a str), on stderr like sweeps do
             return _characterize_adaptive(args, device, grid, protocol, loaded, names, adaptive,
-                                          None if args.json else _print_err)
+                                          progress)
         cache = measure.ReadyPowerCache()
         results = [_with_preset_work(measure.characterize(
                        work, device=device, grid=grid, results_path=rp, protocol=protocol,
@@ -394,14 +393,6 @@ def _characterize_adaptive(args: argparse.Namespace, device: Any, grid: Any, pro
     return finish(args, out, doc, text)
 
 
-def _print_err(line: str) -> None:
-    """One progress line on stderr (a closed stderr is not an error of the run)."""
-    try:
-        print(line, file=sys.stderr, flush=True)
-    except (BrokenPipeError, ValueError):
-        pass
-
-
 class WorkFailedError(Exception):
     """The user's own work raised (not bad input to ecal): exit 3 with its traceback."""
 
@@ -426,41 +417,6 @@ def _reported(work: Any, spec: str) -> Any:
     return call
 
 
-# -- import ------------------------------------------------------------------------------------
-
-def cmd_import(args: argparse.Namespace) -> int:
-    """``ecal import KIND PATH -o OUT``: published measurements → a signature file."""
-    from frontier.io import save_signatures
-    from measure import replay, zeus
-
-    loaders = {"h200": replay.load_h200, "nv-dvfs": replay.load_nvdvfs,
-               "zeus-trace": replay.load_zeus_trace, "zeus-log": replay.load_zeus_profile,
-               "zeus-monitor": zeus.load_zeus_monitor_log, "zeus-plo": zeus.load_zeus_plo_profile,
-               "perseus": replay.load_perseus}
-    check_outputs(args, "-o")
-    if not Path(args.path).exists():
-        raise FileNotFoundError(2, "no such file", args.path)
-    groups = loaders[args.kind](args.path)
-    keyed = {}
-    for element, sigs in groups.items():
-        for s in sigs:
-            parts = [element] + ([s.kappa] if s.kappa else []) + [s.omega.label()]
-            key = "@".join(parts)
-            if key in keyed:
-                raise UsageError(f"{args.path}: two measurements of {key!r}")
-            keyed[key] = s
-    if not keyed:
-        raise UsageError(f"{args.path}: no measurements found")
-    out = Outputs()
-    out.custom(args.output, lambda tmp: save_signatures(tmp, keyed))
-    lines = [f"{args.kind}: {len(groups)} element(s), {len(keyed)} signature(s)"]
-    lines += [f"  {el}: {len(sigs)} operating point(s)" for el, sigs in sorted(groups.items())[:20]]
-    if len(groups) > 20:
-        lines.append(f"  ... {len(groups) - 20} more")
-    return finish(args, out, lambda: {"elements": {el: len(v) for el, v in groups.items()},
-                                       "output": args.output}, lambda: "\n".join(lines))
-
-
 # -- demo --------------------------------------------------------------------------------------
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -472,9 +428,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         check_output_path(Path(args.out) / name, f"--out {args.out}:")
     _parse_deadline(args.deadline)
     cfg = DemoConfig(deadline=args.deadline, seed=args.seed)
-    say = None if args.json else survive_broken_pipe(
-        lambda msg: print(msg, file=sys.stderr, flush=True))
-    r = run_demo(cfg, progress=say)
+    r = run_demo(cfg, progress=progress_reporter(not args.json))
     written = write_demo(r, args.out)
     if args.json:
         dump_json({**demo_json(r), "files": [str(p) for p in written]})
@@ -523,7 +477,7 @@ def _load_workload(args: argparse.Namespace):
 def _read_workload(args: argparse.Namespace):
     """(Problem, :class:`execution.workload.Workload` or None) of ``args.workload``: dispatches on
     the file: ``.csv`` is a Perseus profile, JSON on its ``format`` / ``schema_version``."""
-    from frontier.io import read_json
+    from frontier.files import read_json
     from solvers.io import load_problem, problem_from_dict
     from solvers.model import ConstantTransition
 

@@ -45,6 +45,7 @@ from execution.work import work_table_to_dict
 from frontier import OperatingPoint, Signature
 from frontier.errors import InputError
 from frontier.pareto import Frontier, pareto_frontier
+from measure.progress import ProgressCallback, ProgressEvent
 from measure.sim import SimKernel
 from solvers.plan import Plan
 
@@ -138,10 +139,11 @@ def _grid(cfg: DemoConfig, sms: Sequence[int]) -> str:
             f"sm_clock_mhz={','.join(str(c) for c in cfg.clocks_mhz)}")
 
 
-def characterize_step(cfg: DemoConfig, progress: Callable[[str], None] | None = None
+def characterize_step(cfg: DemoConfig, progress: ProgressCallback | None = None
                       ) -> dict[str, tuple[Signature, ...]]:
     """Signatures of every element of the step on one simulated H200 (compute on compute_sms(k) SMs,
-    the P2P send at k SMs, over the clock × power-limit grid)."""
+    the P2P send at k SMs, over the clock × power-limit grid); ``progress`` gets one event
+    (:func:`_stage`) per element."""
     import measure
 
     dev = measure.SimulatedGPU(seed=cfg.seed)
@@ -151,7 +153,7 @@ def characterize_step(cfg: DemoConfig, progress: Callable[[str], None] | None = 
     for name, work in works.items():
         sms = cfg.comm_sms if name == "p2p_send" else [compute_sms(k) for k in cfg.comm_sms]
         if progress:
-            progress(f"characterizing {name} on the simulated H200 ...")
+            progress(_stage(f"characterizing {name} on the simulated H200 ..."))
         res = measure.characterize(work, device=dev, grid=_grid(cfg, sms), name=name, progress=None)
         out[name] = tuple(s.with_(meta={**s.meta, "sm_total": SM_TOTAL}) for s in res.signatures)
     return out
@@ -273,17 +275,25 @@ def joint_points(comps: Mapping[tuple[int, str], Sequence[Signature]], elements:
     return out
 
 
-def run_demo(cfg: DemoConfig = DemoConfig(), progress: Callable[[str], None] | None = None) -> DemoResult:
+def _stage(msg: str) -> ProgressEvent:
+    """A progress event of the demo: one stage, its line ``msg`` (the demo does not count its
+    stages ahead: round 2 runs only when round 1 left something to fix)."""
+    return ProgressEvent(0, None, msg, operation="demo", message=msg)
+
+
+def run_demo(cfg: DemoConfig = DemoConfig(), progress: ProgressCallback | None = None) -> DemoResult:
     """Characterize, compose and plan (round 1); run the plan and hold it against Eq. 23;
     localize what deviates; characterize that (switch latencies, bubble power, the deviating
-    compute ∥ send pairs jointly); plan again (round 2) and run it with its baselines."""
+    compute ∥ send pairs jointly); plan again (round 2) and run it with its baselines.
+    ``progress`` (default: none) gets a :class:`~measure.progress.ProgressEvent` as each stage
+    starts (``operation="demo"``; its line says what the stage does)."""
     import measure
     from frontier.interaction import record_of
     from solvers import pareto, solve
 
     def say(msg: str) -> None:
         if progress:
-            progress(msg)
+            progress(_stage(msg))
 
     timings: dict[str, float] = {}
     clock = _Stopwatch(timings)
@@ -628,8 +638,10 @@ def write_demo(r: DemoResult, out_dir: str | Path) -> list[Path]:
     if r.first is not None:
         out.json(d / "plan_round1.json", _runnable(r.first.plan, "problem_round1.json", "work.json"))
         out.json(d / "problem_round1.json", problem_to_dict(r.first.problem))
-        out.json(d / "execution_round1.json", {**r.first.execution.to_dict(),
-                                               "localization": r.localization.to_dict()})
+        # the localization of round 1's miss rides in meta: the file stays an ecal.execution/1
+        first = r.first.execution.to_dict()
+        first["meta"] = {**first.get("meta", {}), "localization": r.localization.to_dict()}
+        out.json(d / "execution_round1.json", first)
     base = {"all-max": "baseline_all_max.json"}
     out.json(d / "baseline_all_max.json", _runnable(r.all_max, "problem_all_max.json", "work.json"))
     out.json(d / "problem_all_max.json", problem_to_dict(r.all_max_problem or r.problem))

@@ -1,4 +1,10 @@
-"""Output helpers for the CLI: output-path checks, all-or-nothing file commits, JSON printing.
+"""Output helpers for the CLI: output-path checks, all-or-nothing file commits, JSON printing,
+and stderr: the library's log records as ``ecal: ...`` lines (:func:`cli_logging`, entered by
+``ecal.cli.main``) and progress (:func:`progress_reporter`: a tqdm bar on a terminal, one line
+per event otherwise). The libraries themselves never write to stderr: they log with
+``logging.getLogger(__name__)`` and report progress to the callback they are given
+(:mod:`measure.progress`); a program that configures no logging sees Python's default
+(warnings and errors on stderr, bare, through logging's last-resort handler).
 
 The contract of :class:`Outputs` (what ``ecal`` promises about the files a user names):
 
@@ -8,7 +14,7 @@ The contract of :class:`Outputs` (what ``ecal`` promises about the files a user 
   owns updates the file it names (the link stays a link). A symlink owned by another user
   (anywhere on the path; root's own links such as ``/var/run`` excepted), or one pointing at
   a file another user owns, is refused with one line and nothing is written
-  (:func:`frontier.io.check_own_path`): a link planted in a shared folder cannot make root's
+  (:func:`frontier.files.check_own_path`): a link planted in a shared folder cannot make root's
   ``-o`` replace a file of the planter's choice. Checked before the work and again when the
   files are committed.
 * A full disk, a read-only file system or a permission error while writing names the file
@@ -38,10 +44,13 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from frontier.errors import EnergyCalculusError, InputError
-from frontier.io import UnsafePathError, check_own_path, file_mode, fsync_dir
+from frontier.files import UnsafePathError, check_own_path, file_mode, fsync_dir
+
+if TYPE_CHECKING:       # measure is imported by the commands that measure, not at start-up
+    from measure.progress import ProgressEvent
 
 #: Signals held back while files are renamed into place (delivered right after).
 _COMMIT_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP")
@@ -130,7 +139,7 @@ def _refuse_special(path: Path, where: str) -> None:
 def _target(path: str | os.PathLike) -> Path:
     """Where an output for ``path`` goes: through a symlink the caller owns to the file it
     names (the link stays a link), else ``path`` itself. A symlink another user owns, or one
-    into another user's file, is refused (:func:`frontier.io.check_own_path`)."""
+    into another user's file, is refused (:func:`frontier.files.check_own_path`)."""
     real = check_own_path(path)
     return Path(real) if os.path.islink(path) else Path(path)
 
@@ -226,7 +235,11 @@ class Outputs:
 
     def json(self, path: str | os.PathLike, obj: Any) -> None:
         """Stage a JSON document."""
-        text = json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n"
+        from frontier.files import finite_json
+
+        # round-trip through the converter first so numpy values are floats finite_json sees
+        plain = json.loads(json.dumps(obj, default=_json_default))
+        text = json.dumps(finite_json(plain), indent=2, sort_keys=False, allow_nan=False) + "\n"
         self.text(path, text)
 
     def text(self, path: str | os.PathLike, text: str) -> None:
@@ -371,28 +384,179 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
 
 
-class _WarningLine(logging.Handler):
-    """Prints a logged warning as ``ecal: warning: MESSAGE`` on stderr (``sys.stderr`` at the
-    time of the warning, so a redirected stderr gets it)."""
+# -- stderr: the library's log records and progress events -------------------------------------
+
+#: The packages whose log records ``ecal`` shows on stderr (warnings and errors).
+WARNING_LOGGERS = ("measure", "frontier", "solvers", "execution", "ecal")
+
+#: Loggers whose INFO notes ``ecal`` shows too: what it printed as ``ecal: ...`` before the
+#: library logged (the recovery of a GPU a killed run left changed; a campaign's driver
+#: relays its workers' recoveries).
+NOTE_LOGGERS = ("measure.nvml", "measure.campaign")
+
+
+class _StderrLine(logging.Handler):
+    """Writes a log record as one line on the *current* ``sys.stderr`` (looked up per record,
+    so a redirected stderr, or pytest's capture, gets it): ``ecal: warning: MESSAGE`` for a
+    warning, ``ecal: MESSAGE`` for a note (INFO) or an error (whose message says what failed).
+    WARNING and above from every logger it is attached to; INFO only from
+    :data:`NOTE_LOGGERS`. Above a progress bar it writes through ``tqdm.write``."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """WARNING and above; INFO from :data:`NOTE_LOGGERS` only."""
+        return record.levelno >= logging.WARNING or record.name in NOTE_LOGGERS
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            print(f"ecal: warning: {record.getMessage()}", file=sys.stderr)
+            tag = "warning: " if record.levelno == logging.WARNING else ""
+            _write_line(f"ecal: {tag}{record.getMessage()}")
+        except BrokenPipeError:
+            silence(sys.stderr)
         except Exception:  # noqa: BLE001 - a warning must never end the command
             self.handleError(record)
 
 
-#: The packages whose logged warnings ``ecal`` shows (e.g. a store row that was skipped).
-WARNING_LOGGERS = ("measure", "frontier", "solvers", "ecal")
+def _write_line(text: str) -> None:
+    """One line on the current ``sys.stderr`` (through ``tqdm.write`` while a bar is drawn)."""
+    if any(r.drawing() for r in _REPORTERS):
+        from tqdm import tqdm
+
+        tqdm.write(text, file=sys.stderr)
+    else:
+        print(text, file=sys.stderr, flush=True)
 
 
-def show_warnings() -> None:
-    """Let the user see the warnings the library logs (``logging.getLogger(__name__)
-    .warning``): one ``ecal: warning: ...`` line each on stderr. Idempotent."""
+@contextmanager
+def cli_logging() -> Iterator[None]:
+    """The CLI's stderr for one ``ecal.cli.main`` call: one handler (``ecal: ...`` lines, see
+    :class:`_StderrLine`) on the packages' loggers (:data:`WARNING_LOGGERS`), INFO enabled on
+    :data:`NOTE_LOGGERS`; on exit the handler is removed, the loggers' levels are put back
+    and any progress bar still drawn is closed (``main`` runs many times in one process: tests).
+
+    A program using the libraries without ``ecal`` configures logging itself; if it configures
+    nothing, Python's default applies: warnings and errors on stderr (logging's last-resort
+    handler, bare messages), notes not shown."""
+    if any(isinstance(h, _StderrLine) for h in logging.getLogger(WARNING_LOGGERS[0]).handlers):
+        yield                       # already installed (main inside main): one handler only
+        return
+    handler = _StderrLine()
+    levels = {}
     for name in WARNING_LOGGERS:
-        log = logging.getLogger(name)
-        if not any(isinstance(h, _WarningLine) for h in log.handlers):
-            log.addHandler(_WarningLine(logging.WARNING))
+        logging.getLogger(name).addHandler(handler)
+    for name in NOTE_LOGGERS:
+        lg = logging.getLogger(name)
+        levels[name] = lg.level
+        if lg.getEffectiveLevel() > logging.INFO:
+            lg.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        for r in list(_REPORTERS):
+            r.close()
+        for name in WARNING_LOGGERS:
+            logging.getLogger(name).removeHandler(handler)
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+
+
+#: Reporters whose bars may be drawn (closed by :func:`cli_logging` when ``main`` returns).
+_REPORTERS: list[ProgressReporter] = []
+
+#: The unit a bar counts, per operation (others count units).
+_BAR_UNITS = {"sweep": "point", "joint": "point", "selftest": "stage"}
+
+
+class ProgressReporter:
+    """The CLI's progress callback (a :data:`measure.progress.ProgressCallback`).
+
+    ``bar=True``: a tqdm bar on stderr per operation that counts its steps (``total`` known;
+    closed when ``done`` reaches ``total``, or by :meth:`close`), and the events of operations
+    that do not count (``total`` None) as lines above it. ``bar=False``: one line per event
+    (:meth:`measure.progress.ProgressEvent.line`). Output goes to the current ``sys.stderr``;
+    once its reader is gone (``2>&1 | head``) the reporter says nothing more instead of
+    aborting the work, whose files the user still wants."""
+
+    def __init__(self, bar: bool):
+        self.bar = bool(bar)
+        self._bars: dict[str, Any] = {}
+        self._quiet = False
+
+    def __call__(self, event: ProgressEvent) -> None:
+        if self._quiet:
+            return
+        try:
+            if self.bar:
+                self._draw(event)
+            else:
+                print(event.line(), file=sys.stderr, flush=True)
+        except (OSError, ValueError):   # reader gone, stderr closed: progress never ends the work
+            self._quiet = True
+            self.close()
+            silence(sys.stderr)
+
+    def drawing(self) -> bool:
+        """Whether a bar of this reporter is on the screen now."""
+        return bool(self._bars)
+
+    def _draw(self, ev: ProgressEvent) -> None:
+        from tqdm import tqdm
+
+        if ev.total is None:
+            tqdm.write(ev.line(), file=sys.stderr)
+            return
+        key = ev.operation or ev.label
+        bar = self._bars.get(key)
+        if bar is not None and bar.total != ev.total:
+            bar.close()
+            bar = None
+        if bar is None:
+            bar = tqdm(total=ev.total, initial=ev.done, desc=key, file=sys.stderr,
+                       unit=_BAR_UNITS.get(ev.operation, "unit"), dynamic_ncols=True,
+                       mininterval=0.2)
+            self._bars[key] = bar
+            if self not in _REPORTERS:
+                _REPORTERS.append(self)
+        else:
+            bar.update(ev.done - bar.n)
+        if ev.label and ev.label != key:
+            bar.set_postfix_str(ev.label, refresh=False)
+        if ev.done >= ev.total:
+            self._bars.pop(key).close()
+
+    def close(self) -> None:
+        """Close the bars still drawn (idempotent)."""
+        while self._bars:
+            _, bar = self._bars.popitem()
+            try:
+                bar.close()
+            except (OSError, ValueError):
+                pass            # stderr gone: nothing to tidy up on it
+        if self in _REPORTERS:
+            _REPORTERS.remove(self)
+
+    def __enter__(self) -> ProgressReporter:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def stderr_is_terminal() -> bool:
+    """Whether the current ``sys.stderr`` is a terminal (a closed or odd stream is not)."""
+    try:
+        return bool(sys.stderr.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def progress_reporter(enabled: bool = True) -> ProgressReporter | None:
+    """The progress callback ``ecal`` passes to a long operation: None when not ``enabled``
+    (``--json``, ``--quiet``), else a :class:`ProgressReporter` drawing a tqdm bar when stderr
+    is a terminal and writing one plain line per event otherwise (logs, pipes, tests)."""
+    return ProgressReporter(bar=stderr_is_terminal()) if enabled else None
 
 
 def silence(stream: Any) -> None:
@@ -406,19 +570,6 @@ def silence(stream: Any) -> None:
             os.close(fd)
     except (OSError, ValueError, AttributeError):
         pass
-
-
-def survive_broken_pipe(progress: Callable[..., None]) -> Callable[..., None]:
-    """``progress`` that, once stderr's reader is gone (``2>&1 | head``), says nothing more
-    instead of aborting the work (whose files the user still wants)."""
-
-    def call(*args: Any) -> None:
-        try:
-            progress(*args)
-        except BrokenPipeError:
-            silence(sys.stderr)
-
-    return call
 
 
 def json_text(obj: Any) -> str:

@@ -9,9 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from frontier.errors import FormatError
-from frontier.formats import KINDS, content
-from frontier.io import read_json
+from frontier.files import read_json
+from frontier.formats import KINDS, content, validate
 from solvers.model import Problem
 from solvers.plan import Plan, make_plan
 
@@ -46,23 +45,17 @@ def baselines_to_dict(baselines: Mapping[str, str], *, simulated: bool | str = F
 
 def read_baselines(path: str | os.PathLike) -> dict[str, Path]:
     """Name → plan file of a baselines file (paths resolved against its folder); every fault
-    is a one-line :class:`FormatError` or :class:`ExecutionError` naming the file."""
+    is a one-line :class:`FormatError` or :class:`ExecutionError` naming the file. The shape
+    is :class:`execution.format_models.BaselinesFile`; checked here: each plan file exists."""
+    from .format_models import BaselinesFile
+
     path = Path(path)
-    doc = read_json(path)
     file = os.fspath(path)
-    _, doc = content(file, doc, "baselines")
-    extra = sorted(set(doc) - {"simulated", "baselines", "description"})
-    if extra:
-        raise FormatError(file, extra[0], "unknown field")
-    bl = doc.get("baselines")
-    if not isinstance(bl, Mapping) or not bl:
-        raise FormatError(file, "baselines", "must be a non-empty object: name -> plan file")
+    _, body = content(file, read_json(path), "baselines")
     out = {}
-    for name, f in bl.items():
-        if not isinstance(f, str) or not f:
-            raise FormatError(file, f"baselines.{name}", f"must be a plan file name, got {f!r}")
+    for name, f in validate(BaselinesFile, body, file).baselines.items():
         p = Path(f) if Path(f).is_absolute() else path.parent / f
         if not p.is_file():
             raise ExecutionError(f"{file}: baselines.{name}: {os.fspath(p)}: no such file")
-        out[str(name)] = p
+        out[name] = p
     return out

@@ -1,18 +1,25 @@
 """What running a plan recorded: per-task runs, per-device counter windows, predicted against
 measured T and E (:class:`Comparison`, Eq. 23), and the whole :class:`ExecutionResult` with
-its text summary and its ``ecal.execution/1`` file form."""
+its text summary and its ``ecal.execution/1`` file form (written by
+:meth:`ExecutionResult.to_dict`, read back by :func:`execution_from_dict`)."""
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from frontier.deviation import DeviationResult
-from frontier.formats import KINDS
+from frontier.errors import FormatError
+from frontier.files import read_json
+from frontier.formats import KINDS, content, validate
+
+if TYPE_CHECKING:
+    from .format_models import ComparisonModel, Deviation
 
 SIMULATED_NOTE = "SIMULATED H200 (physics model; not a measurement of real hardware)"
 
@@ -286,3 +293,64 @@ class ExecutionResult:
         }
 
 
+# -- reading an execution file -------------------------------------------------------------
+# The shape is execution.format_models.ExecutionFile; what is checked here is what it means.
+
+def _deviation(d: Deviation) -> DeviationResult:
+    kw = d.model_dump(exclude={"flagged"})
+    # the writer writes an infinite z or % as null; its sign is the error's
+    for k, err in (("z_time", "error_time_s"), ("z_energy", "error_energy_j"),
+                   ("error_time_pct", "error_time_s"), ("error_energy_pct", "error_energy_j")):
+        if kw[k] is None:
+            kw[k] = math.copysign(math.inf, kw[err])
+    return DeviationResult(**kw)
+
+
+def _comparison(c: ComparisonModel) -> Comparison:
+    kw = c.model_dump(exclude={"deviation", "flagged"})
+    return Comparison(**kw, deviation=_deviation(c.deviation))
+
+
+def execution_from_dict(doc: Any, file: str = "<execution>", path: str = "") -> ExecutionResult:
+    """Inverse of :meth:`ExecutionResult.to_dict` (``ecal.execution/1``, or its older
+    ``schema_version`` form); every fault is a one-line :class:`FormatError` naming ``file``
+    and the field (under ``path`` when the execution is embedded, as in a run file)."""
+    from .format_models import ExecutionFile
+
+    try:
+        _, body = content(file, doc, "execution")
+    except FormatError as e:
+        if not path:
+            raise
+        raise FormatError(file, path if e.path == "(top level)" else f"{path}.{e.path}",
+                          e.problem) from None
+    m = validate(ExecutionFile, body, file, prefix=path)
+    at = f"{path}." if path else ""
+    names = [c.name for c in m.devices]
+    for i, n in enumerate(names):
+        if n in names[:i]:
+            raise FormatError(file, f"{at}devices[{i}].name", f"device {n!r} is listed twice")
+    used: list[tuple[str, str]] = [(f"tasks[{i}]", t.device) for i, t in enumerate(m.tasks)]
+    used += [(f"windows[{i}]", w.device) for i, w in enumerate(m.windows)]
+    for where, d in used:
+        if d not in names:
+            raise FormatError(file, f"{at}{where}.device", f"no device {d!r} in 'devices'")
+    dl = m.deadline
+    return ExecutionResult(
+        plan=m.plan, method=m.method, simulated=m.simulated, device_kind=m.device_kind,
+        seed=m.seed, target_rse=m.target_rse, rse_energy=math.inf if m.rse_energy is None else m.rse_energy,
+        converged=m.converged,
+        n_steps=m.n_steps, warmup_steps=m.warmup_steps, alpha=m.alpha,
+        step=_comparison(m.step), devices=tuple(_comparison(c) for c in m.devices),
+        tasks=tuple(TaskRun(**t.model_dump()) for t in m.tasks),
+        windows=tuple(DeviceWindow(**w.model_dump()) for w in m.windows),
+        switches_s={k: tuple(v) for k, v in m.switches_s.items()},
+        planned_switch_s=dict(m.planned_switch_s), meta=dict(m.meta),
+        deadline_s=None if dl is None else dl.deadline_s,
+        predicted_p_meets_deadline=None if dl is None else dl.predicted_p_meets_deadline)
+
+
+def load_execution(path: str | os.PathLike) -> ExecutionResult:
+    """Read an execution file (``ecal run --no-baselines -o``; see
+    :func:`execution_from_dict`)."""
+    return execution_from_dict(read_json(path), os.fspath(path))

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from frontier.errors import FormatError
-from frontier.io import read_json
+from frontier.files import read_json
 from measure.device import Device
 from measure.factory import load_work, open_device
 from measure.protocol import Protocol

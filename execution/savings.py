@@ -1,16 +1,21 @@
-"""Measured savings: a plan against its baselines, each run and measured."""
+"""Measured savings: a plan against its baselines, each run and measured, and the run file
+(``ecal.run/1``) that holds them (:meth:`PlanComparison.to_dict`, :func:`comparison_from_dict`)."""
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from frontier.errors import FormatError
+from frontier.files import read_json
+from frontier.formats import KINDS, content, validate
 from solvers.model import Problem
 from solvers.plan import Plan
 
-from .results import ExecutionResult
+from .results import ExecutionResult, execution_from_dict
 from .run import run_plan
 from .work import WorkTable
 
@@ -78,9 +83,7 @@ class PlanComparison:
                 for x in r.problems() if "FLAGGED" in x]
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        from frontier.formats import KINDS
-
+        """JSON-ready dict (``"format": "ecal.run/1"``)."""
         return {"format": KINDS["run"].tag, "simulated": self.plan.simulated,
                 "plan": self.plan.to_dict(),
                 "baselines": {n: r.to_dict() for n, r in self.baselines.items()},
@@ -96,3 +99,26 @@ def run_with_baselines(plan: tuple[Plan, Problem, WorkTable],
     main = run_plan(*plan, **kwargs)
     runs = {n: run_plan(*b, **kwargs) for n, b in baselines.items()}
     return PlanComparison(main, runs, tuple(savings(main, r, n) for n, r in runs.items()))
+
+
+def comparison_from_dict(doc: Any, file: str = "<run>") -> PlanComparison:
+    """Inverse of :meth:`PlanComparison.to_dict` (``ecal.run/1``); every fault is a one-line
+    :class:`FormatError` naming the file and the field. The shape is
+    :class:`execution.format_models.RunFile`; each embedded execution is read by
+    :func:`~execution.results.execution_from_dict`; checked here: savings name a baseline."""
+    from .format_models import RunFile
+
+    _, body = content(file, doc, "run")
+    m = validate(RunFile, body, file)
+    plan = execution_from_dict(m.plan, file, "plan")
+    base = {n: execution_from_dict(d, file, f"baselines.{n}") for n, d in m.baselines.items()}
+    for i, s in enumerate(m.savings):
+        if s.baseline not in base:
+            raise FormatError(file, f"savings[{i}].baseline",
+                              f"no baseline {s.baseline!r} in 'baselines'")
+    return PlanComparison(plan, base, tuple(Savings(**s.model_dump()) for s in m.savings))
+
+
+def load_run(path: str | os.PathLike) -> PlanComparison:
+    """Read a run file (``ecal run -o``; see :func:`comparison_from_dict`)."""
+    return comparison_from_dict(read_json(path), os.fspath(path))

@@ -14,12 +14,15 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from frontier.errors import FormatError, InputError
-from frontier.formats import KINDS, check_format
-from frontier.io import number_field, read_json, write_json_atomic
+from frontier.files import read_json, write_json_atomic
+from frontier.formats import KINDS, content, validate
 from measure.sim import SimKernel
+
+if TYPE_CHECKING:
+    from .format_models import Kernel
 
 
 class ExecutionError(InputError):
@@ -105,13 +108,6 @@ WorkTable = Mapping[str, Sequence[TaskWork | CallableWork]]
 
 # -- work-table files ----------------------------------------------------------------------
 
-_KERNEL_FIELDS = tuple(f.name for f in dataclasses.fields(SimKernel))
-_KERNEL_FLOATS = ("flops", "bytes", "link_bytes", "compute_eff", "mem_eff", "activity",
-                  "overhead_s", "link_bw_bps")
-_KERNEL_INTS = ("sm_request", "tiles", "link_sm_sat")
-_KERNEL_TEXTS = ("kappa", "theta")
-
-
 def work_table_to_dict(work: WorkTable) -> dict[str, Any]:
     """The work-table file form of ``work`` (see :func:`save_work_table`)."""
     kernels: dict[str, dict[str, Any]] = {}
@@ -145,83 +141,37 @@ def save_work_table(path: str | os.PathLike, work: WorkTable) -> Path:
     return write_json_atomic(path, work_table_to_dict(work))
 
 
-def _fields(file: str, path: str, v: Any, allowed: Sequence[str], required: Sequence[str] = ()
-            ) -> Mapping[str, Any]:
-    if not isinstance(v, Mapping):
-        raise FormatError(file, path, f"must be an object, got {type(v).__name__}")
-    extra = sorted(set(v) - set(allowed))
-    if extra:
-        raise FormatError(file, f"{path}.{extra[0]}", f"unknown field (allowed: {', '.join(allowed)})")
-    for k in required:
-        if k not in v:
-            raise FormatError(file, f"{path}.{k}", "missing")
-    return v
-
-
-def _int_or_none(file: str, path: str, v: Any, minimum: int = 1) -> int | None:
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        raise FormatError(file, path, f"must be an integer >= {minimum} or null, got {v!r}")
-    return v
-
-
-def _kernel_from(file: str, path: str, name: str, v: Any) -> SimKernel:
-    d = _fields(file, path, v, _KERNEL_FIELDS, ("name",))
-    if d["name"] != name:
-        raise FormatError(file, f"{path}.name", f"is {d['name']!r}, not the key {name!r}")
-    kw: dict[str, Any] = {"name": name}
-    for k in _KERNEL_FLOATS:
-        if k in d:
-            kw[k] = number_field(file, f"{path}.{k}", d[k])
-    for k in _KERNEL_INTS:
-        if k in d:
-            kw[k] = _int_or_none(file, f"{path}.{k}", d[k])
-    for k in _KERNEL_TEXTS:
-        if k in d and d[k] is not None and not isinstance(d[k], str):
-            raise FormatError(file, f"{path}.{k}", f"must be text or null, got {d[k]!r}")
-        if k in d:
-            kw[k] = d[k]
-    if kw.get("link_sm_sat", 1) is None:
-        raise FormatError(file, f"{path}.link_sm_sat", "must be an integer >= 1")
-    try:
-        return SimKernel(**kw)
-    except (TypeError, ValueError) as exc:
+def _kernel(file: str, path: str, name: str, k: Kernel) -> SimKernel:
+    """The :class:`SimKernel` of ``kernels.NAME`` (shape checked by the model)."""
+    if k.name != name:
+        raise FormatError(file, f"{path}.name", f"is {k.name!r}, not the key {name!r}")
+    try:   # only the fields the file sets: SimKernel keeps its own defaults
+        return SimKernel(**k.model_dump(exclude_unset=True))
+    except (TypeError, ValueError) as exc:   # e.g. a kernel that does no work
         raise FormatError(file, path, str(exc)) from None
 
 
 def work_table_from_dict(doc: Any, file: str = "<work table>") -> dict[str, tuple[TaskWork, ...]]:
     """Inverse of :func:`work_table_to_dict`; strict: every problem is a
     :class:`~frontier.errors.FormatError` naming the file and the field. Reads the current
-    ``ecal.work/1`` form and the older ``energy-calculus/work-table`` one."""
-    check_format(file, doc, "work")
-    d = _fields(file, "$", doc, ("format", "version", "simulated", "kernels", "tasks", "description"),
-                ("format", "kernels", "tasks"))
-    if not isinstance(d["kernels"], Mapping) or not d["kernels"]:
-        raise FormatError(file, "kernels", "must be a non-empty object keyed by kernel name")
-    kernels = {str(n): _kernel_from(file, f"kernels.{n}", str(n), v) for n, v in d["kernels"].items()}
-    if not isinstance(d["tasks"], Mapping) or not d["tasks"]:
-        raise FormatError(file, "tasks", "must be a non-empty object keyed by task name")
+    ``ecal.work/1`` form and the older ``energy-calculus/work-table`` one. The shape is
+    :class:`execution.format_models.WorkFile`; checked here: what it means (a kernel keyed by
+    its name, doing work; a stream naming a kernel of the table)."""
+    from .format_models import WorkFile
+
+    _, body = content(file, doc, "work")
+    m = validate(WorkFile, body, file)
+    kernels = {n: _kernel(file, f"kernels.{n}", n, k) for n, k in m.kernels.items()}
     out: dict[str, tuple[TaskWork, ...]] = {}
-    for t, rows in d["tasks"].items():
-        if not isinstance(rows, list) or not rows:
-            raise FormatError(file, f"tasks.{t}", "must be a non-empty list (one entry per option)")
+    for t, rows in m.tasks.items():
         works = []
         for j, row in enumerate(rows):
-            where = f"tasks.{t}[{j}]"
-            r = _fields(file, where, row, ("streams",), ("streams",))
-            if not isinstance(r["streams"], list) or not r["streams"]:
-                raise FormatError(file, f"{where}.streams", "must be a non-empty list")
-            streams = []
-            for i, st in enumerate(r["streams"]):
-                sw = _fields(file, f"{where}.streams[{i}]", st, ("kernel", "sm_count"), ("kernel",))
-                if sw["kernel"] not in kernels:
-                    raise FormatError(file, f"{where}.streams[{i}].kernel",
-                                      f"no kernel {sw['kernel']!r} in 'kernels'")
-                streams.append((kernels[sw["kernel"]],
-                                _int_or_none(file, f"{where}.streams[{i}].sm_count", sw.get("sm_count"))))
-            works.append(TaskWork(tuple(streams)))
-        out[str(t)] = tuple(works)
+            for i, st in enumerate(row.streams):
+                if st.kernel not in kernels:
+                    raise FormatError(file, f"tasks.{t}[{j}].streams[{i}].kernel",
+                                      f"no kernel {st.kernel!r} in 'kernels'")
+            works.append(TaskWork(tuple((kernels[st.kernel], st.sm_count) for st in row.streams)))
+        out[t] = tuple(works)
     return out
 
 

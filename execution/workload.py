@@ -58,7 +58,9 @@ Top-level keys:
   first is charged (default true for pipeline shapes, false for chain and dag).
 - ``ranks``: the device of rank 0, 1, … (default for pipelines: ``stage0`` …; none otherwise).
 
-Relative paths resolve against the workload file's folder. Bad input is a one-line
+Relative paths resolve against the workload file's folder. The format is declared once, as
+:class:`execution.workload_models.WorkloadFile` (``ecal schema workload``), which checks
+shape and types; this module checks what values mean. Bad input is a one-line
 :class:`~frontier.errors.FormatError` naming the file and the key: unknown keys, missing
 element files, an element not in its file, NaN or negative numbers, unknown element names in
 the shape.
@@ -68,35 +70,30 @@ from __future__ import annotations
 
 import math
 import os
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
 from frontier.errors import EnergyCalculusError, FormatError
-from frontier.formats import KINDS, check_format
+from frontier.formats import KINDS, content, validate
 from frontier.operating_point import OperatingPoint
 from frontier.signature import Signature
 from solvers.model import Problem
+
+if TYPE_CHECKING:   # the models import pydantic: imported when a workload is read
+    from pydantic import BaseModel
+
+    from .workload_models import ElementSource, WorkloadFile
+
+M = TypeVar("M", bound="BaseModel")
 
 #: ``format`` of the workload files this code writes (:data:`frontier.formats.KINDS`).
 WORKLOAD_FORMAT = KINDS["workload"].tag
 CHARACTERIZATION_FORMAT = "energy-calculus/characterization"
 PIPELINE_KINDS = ("1f1b", "gpipe", "interleaved-1f1b")
 SHAPE_KINDS = PIPELINE_KINDS + ("chain", "dag")
-
-_TOP_KEYS = ("format", "name", "elements", "shape", "idle_power_w", "transitions", "devices",
-             "steady_state", "ranks", "description")
-_ELEMENT_KEYS = ("source", "element", "kappa", "gpu_model", "work")
-_SHAPE_KEYS = {
-    "1f1b": ("kind", "stages", "microbatches", "forward", "backward"),
-    "gpipe": ("kind", "stages", "microbatches", "forward", "backward"),
-    "interleaved-1f1b": ("kind", "stages", "microbatches", "chunks", "group_size", "forward",
-                         "backward"),
-    "chain": ("kind", "tasks", "device"),
-    "dag": ("kind", "tasks", "edges"),
-}
-_DEVICE_KEYS = ("idle_power_w", "transitions")
 
 #: ``"transitions": "free"``: switching ω_dev costs nothing, said as an assumption.
 FREE = "free"
@@ -147,8 +144,13 @@ def is_workload(doc: Any) -> bool:
 def check_workload_format(file: str, doc: Mapping[str, Any]) -> int:
     """The version of workload document ``doc`` (:func:`frontier.formats.check_format`); the
     error says which ``format`` was expected."""
+    return _content(file, doc)[0]
+
+
+def _content(file: str, doc: Any) -> tuple[int, dict[str, Any]]:
+    """:func:`frontier.formats.content` of a workload document: its version and its body."""
     try:
-        return check_format(file, doc, "workload")
+        return content(file, doc, "workload")
     except FormatError as exc:
         if "expected" in exc.problem:
             raise
@@ -168,7 +170,7 @@ def load_workload(path: str | os.PathLike, *, microbatches: int | None = None,
     :data:`solvers.options.DEFAULT_MAX_TASKS`; None: no limit): more tasks raise
     :class:`solvers.model.ProblemTooLargeError` before any is built (``--max-tasks``).
     """
-    from frontier.io import read_json
+    from frontier.files import read_json
 
     file = str(path)
     return workload_from_dict(read_json(file), file, microbatches=microbatches,
@@ -185,27 +187,21 @@ def workload_from_dict(doc: Any, file: str = "<workload>", *, base_dir: str | os
     from solvers.model import ProblemError
     from solvers.options import DEFAULT_MAX_TASKS
 
+    from .workload_models import WorkloadFile
+
     r = _Reader(file, Path(base_dir) if base_dir is not None else Path(file).resolve().parent)
     r.max_tasks = DEFAULT_MAX_TASKS if max_tasks == -1 else max_tasks
-    doc = r.obj("(top level)", doc)
-    check_workload_format(file, doc)
-    r.unknown("", doc, _TOP_KEYS)
-    for k in ("elements", "shape"):
-        if k not in doc:
-            raise FormatError(file, k, "missing")
-    name = doc.get("name", Path(file).stem)
-    if not isinstance(name, str) or not name:
-        raise FormatError(file, "name", f"must be a non-empty string, got {name!r}")
-    specs = r.elements(doc["elements"])
-    shape = r.obj("shape", doc["shape"])
+    m = r.check(WorkloadFile, _content(file, doc)[1])
+    name = m.name or Path(file).stem
+    specs = r.elements(m.elements)
+    shape = m.shape
+    if not isinstance(shape, dict):
+        raise FormatError(file, "shape", f"must be an object, got {_got(shape)}")
     kind = shape.get("kind")
     if kind not in SHAPE_KINDS:
         raise FormatError(file, "shape.kind", f"must be one of {', '.join(SHAPE_KINDS)}, got {kind!r}")
-    r.unknown("shape", shape, _SHAPE_KEYS[kind])
     pipeline = kind in PIPELINE_KINDS
-    steady = doc.get("steady_state", pipeline)
-    if not isinstance(steady, bool):
-        raise FormatError(file, "steady_state", f"must be true or false, got {steady!r}")
+    steady = pipeline if m.steady_state is None else m.steady_state
     if microbatches is not None and not pipeline:
         raise FormatError(file, "shape.kind", f"--microbatches applies to pipeline shapes, not {kind!r}")
 
@@ -219,14 +215,14 @@ def workload_from_dict(doc: Any, file: str = "<workload>", *, base_dir: str | os
                                            f"(has: {', '.join(sorted(specs)) or 'none'})")
     options = {el: r.options(el, specs[el]) for el in uses}
 
-    idle, rules, free = r.devices(doc, devices, idle_power_w,
+    idle, rules, free = r.devices(m, devices, idle_power_w,
                                   require_transitions and transitions is None)
     assumptions: tuple[str, ...] = ()
     if transitions is not None:
         rules = {d: transitions for d in devices}
     else:
         assumptions = _free_assumptions(file, free)
-    ranks = r.ranks(doc.get("ranks"), devices, pipeline)
+    ranks = r.ranks(m.ranks, devices, pipeline)
     tasks = [(nm, dev, options[el]) for nm, dev, el in layout["tasks"]]
     try:
         from solvers.pipeline import build_problem
@@ -317,57 +313,42 @@ class _Reader:
         self._works: dict[str, str] = {}
 
     # -- small checks ---------------------------------------------------------------------
-    def obj(self, path: str, v: Any) -> dict:
-        if not isinstance(v, dict):
-            raise FormatError(self.file, path, f"must be an object, got {_got(v)}")
-        return v
+    def check(self, model: type[M], doc: Any, prefix: str = "") -> M:
+        """``doc`` validated by ``model`` (:func:`frontier.formats.validate`); an unknown key
+        is named as such, with the keys known there."""
+        from .workload_models import known_keys
 
-    def unknown(self, path: str, d: Mapping, allowed: Sequence[str]) -> None:
-        extra = sorted(set(d) - set(allowed))
-        if extra:
-            raise FormatError(self.file, f"{path}.{extra[0]}" if path else extra[0],
-                              f"unknown key (known: {', '.join(sorted(allowed))})")
-
-    def integer(self, path: str, v: Any, minimum: int = 1) -> int:
-        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-            raise FormatError(self.file, path, f"must be an integer >= {minimum}, got {_got(v)}")
-        return v
+        try:
+            return validate(model, doc, self.file, prefix)
+        except FormatError as exc:
+            if not exc.problem.startswith("unknown field"):
+                raise
+            rel = exc.path[len(prefix) + 1:] if prefix else exc.path
+            known = known_keys(model, rel)
+            raise FormatError(self.file, exc.path, "unknown key" + (
+                f" (known: {', '.join(known)})" if known else "")) from None
 
     def number(self, path: str, v: Any) -> float:
-        from frontier.io import number_field
+        from frontier.codec import number_field
 
         return number_field(self.file, path, v)
 
-    def string(self, path: str, v: Any) -> str:
-        if not isinstance(v, str) or not v:
-            raise FormatError(self.file, path, f"must be a non-empty string, got {_got(v)}")
-        return v
-
     # -- elements ---------------------------------------------------------------------------
-    def elements(self, v: Any) -> dict[str, _ElementSpec]:
-        d = self.obj("elements", v)
-        if not d:
-            raise FormatError(self.file, "elements", "must name at least one element")
-        for nm, spec in d.items():
+    def elements(self, entries: Mapping[str, ElementSource]) -> dict[str, _ElementSpec]:
+        """The element specs of the file's ``elements`` (validated by its model): each source
+        must exist, and ``gpu_model`` applies to results stores only."""
+        for nm, e in entries.items():
             path = f"elements.{nm}"
-            if isinstance(spec, str):
-                spec = {"source": spec}
-            spec = self.obj(path, spec)
-            self.unknown(path, spec, _ELEMENT_KEYS)
-            if "source" not in spec:
-                raise FormatError(self.file, f"{path}.source", "missing (the signature file of this element)")
-            src = Path(self.string(f"{path}.source", spec["source"]))
+            src = Path(e.source)
             src = src if src.is_absolute() else self.base / src
             if not src.is_file():
                 raise FormatError(self.file, f"{path}.source", f"{src}: no such file")
-            opt = {k: self.string(f"{path}.{k}", spec[k]) if spec.get(k) is not None else None
-                   for k in ("element", "kappa", "gpu_model", "work")}
-            if opt["work"] is not None:
-                self._works[nm] = opt["work"]
-            if opt["gpu_model"] is not None and not _is_store(src):
+            if e.work is not None:
+                self._works[nm] = e.work
+            if e.gpu_model is not None and not _is_store(src):
                 raise FormatError(self.file, f"{path}.gpu_model",
                                   f"applies to results stores (.sqlite, .db, .sqlite3), not {src.name}")
-            self._specs[nm] = _ElementSpec(path, src, opt["element"], opt["kappa"], opt["gpu_model"], nm)
+            self._specs[nm] = _ElementSpec(path, src, e.element, e.kappa, e.gpu_model, nm)
         return dict(self._specs)
 
     def _read_source(self, spec: _ElementSpec) -> tuple[dict[str, list[Signature]], dict[str, float]]:
@@ -464,7 +445,10 @@ class _Reader:
             elif n_chunks is not None and isinstance(item, list) and len(item) == n_chunks:
                 row = []
                 for c, x in enumerate(item):
-                    row.append(self.string(f"{p}[{c}]", x))
+                    if not isinstance(x, str) or not x:
+                        raise FormatError(self.file, f"{p}[{c}]", f"must be an element name, "
+                                                                  f"got {_got(x)}")
+                    row.append(x)
                     uses.setdefault(x, f"{p}[{c}]")
                 out.append(row)
             else:
@@ -475,25 +459,26 @@ class _Reader:
     def pipeline_shape(self, kind: str, shape: Mapping, microbatches: int | None):
         from solvers import pipeline as pl
 
-        for k in ("stages", "microbatches", "forward", "backward") + (("chunks",) if kind == "interleaved-1f1b" else ()):
-            if k not in shape:
-                raise FormatError(self.file, f"shape.{k}", "missing")
-        S = self.integer("shape.stages", shape["stages"])
-        M = self.integer("shape.microbatches", shape["microbatches"])
-        if microbatches is not None:
-            M = microbatches
+        from .workload_models import InterleavedShape, PipelineShape
+
+        sh: PipelineShape | InterleavedShape
+        if kind == "interleaved-1f1b":
+            sh = self.check(InterleavedShape, shape, "shape")
+        else:
+            sh = self.check(PipelineShape, shape, "shape")
+        S = sh.stages
+        M = sh.microbatches if microbatches is None else microbatches
         v = None
         group = None
-        if kind == "interleaved-1f1b":
-            v = self.integer("shape.chunks", shape["chunks"], minimum=2)
-            if shape.get("group_size") is not None:
-                group = self.integer("shape.group_size", shape["group_size"])
+        if isinstance(sh, InterleavedShape):
+            v, group = sh.chunks, sh.group_size
             try:
                 pl.check_interleaved(S, M, v, group)
             except ValueError as exc:
                 raise FormatError(self.file, "shape", str(exc)) from None
         uses: dict[str, str] = {}
-        per = {inst: self._per_stage(f"shape.{inst}", shape[inst], S, v, uses) for inst in pl.INSTRUCTIONS}
+        per = {inst: self._per_stage(f"shape.{inst}", getattr(sh, inst), S, v, uses)
+               for inst in pl.INSTRUCTIONS}
         order, edges = pl.pipeline_layout(kind, S, M, v or 1, group, max_tasks=self.max_tasks)
         tasks = []
         dev_el: dict[str, list[str]] = {}
@@ -506,63 +491,40 @@ class _Reader:
         return {"tasks": tasks, "edges": edges, "device_elements": dev_el}, uses, devices
 
     def graph_shape(self, kind: str, shape: Mapping):
-        if "tasks" not in shape:
-            raise FormatError(self.file, "shape.tasks", "missing")
-        raw = shape["tasks"]
-        if not isinstance(raw, list) or not raw:
-            raise FormatError(self.file, "shape.tasks", f"must be a non-empty list, got {_got(raw)}")
         from solvers.limits import check_tasks
 
-        check_tasks(len(raw), self.max_tasks, f"{self.file}: shape.tasks")
+        from .workload_models import ChainShape, DagShape
+
+        raw = shape.get("tasks")
+        if isinstance(raw, list):       # refused before a task of a huge list is validated
+            check_tasks(len(raw), self.max_tasks, f"{self.file}: shape.tasks")
         uses: dict[str, str] = {}
         tasks: list[tuple[str, str, str]] = []
+        edges: list[tuple[str, str]] = []
         if kind == "chain":
-            device = self.string("shape.device", shape.get("device", "gpu0"))
-            counts: dict[str, int] = {}
-            for t in raw:
-                if isinstance(t, str):
-                    counts[t] = counts.get(t, 0) + 1
+            chain = self.check(ChainShape, shape, "shape")
+            given = list(zip(chain.tasks, raw or ()))     # the raw entry says which form
+            # a bare element name is named after it (ELEMENT/k when it runs more than once)
+            bare = Counter(t.element for t, r in given if isinstance(r, str))
             seen: dict[str, int] = {}
-            for i, t in enumerate(raw):
-                p = f"shape.tasks[{i}]"
-                if isinstance(t, str):
-                    el = t
-                    k = seen.get(el, 0)
-                    seen[el] = k + 1
-                    nm = el if counts[el] == 1 else f"{el}/{k}"
+            for i, (t, r) in enumerate(given):
+                if isinstance(r, str):
+                    k = seen[t.element] = seen.get(t.element, 0) + 1
+                    nm = t.element if bare[t.element] == 1 else f"{t.element}/{k - 1}"
                 else:
-                    t = self.obj(p, t)
-                    self.unknown(p, t, ("name", "element"))
-                    if "element" not in t:
-                        raise FormatError(self.file, f"{p}.element", "missing")
-                    el = self.string(f"{p}.element", t["element"])
-                    nm = self.string(f"{p}.name", t.get("name", f"{el}/{i}"))
-                uses.setdefault(el, p)
-                tasks.append((nm, device, el))
-            edges: list[tuple[str, str]] = []
+                    nm = t.name or f"{t.element}/{i}"
+                uses.setdefault(t.element, f"shape.tasks[{i}]")
+                tasks.append((nm, chain.device, t.element))
         else:
-            for i, t in enumerate(raw):
-                p = f"shape.tasks[{i}]"
-                t = self.obj(p, t)
-                self.unknown(p, t, ("name", "element", "device"))
-                for field in ("name", "element", "device"):
-                    if field not in t:
-                        raise FormatError(self.file, f"{p}.{field}", "missing")
-                el = self.string(f"{p}.element", t["element"])
-                uses.setdefault(el, f"{p}.element")
-                tasks.append((self.string(f"{p}.name", t["name"]), self.string(f"{p}.device", t["device"]), el))
-            raw_e = shape.get("edges", [])
-            if not isinstance(raw_e, list):
-                raise FormatError(self.file, "shape.edges", f"must be a list of [before, after] pairs, got {_got(raw_e)}")
+            dag = self.check(DagShape, shape, "shape")
+            for i, d in enumerate(dag.tasks):
+                uses.setdefault(d.element, f"shape.tasks[{i}].element")
+                tasks.append((d.name, d.device, d.element))
             names = {t[0] for t in tasks}
-            edges = []
-            for i, e in enumerate(raw_e):
-                p = f"shape.edges[{i}]"
-                if not (isinstance(e, list) and len(e) == 2):
-                    raise FormatError(self.file, p, f"must be a [before, after] pair, got {_got(e)}")
+            for i, e in enumerate(dag.edges):
                 for x in e:
                     if x not in names:
-                        raise FormatError(self.file, p, f"names unknown task {x!r}")
+                        raise FormatError(self.file, f"shape.edges[{i}]", f"names unknown task {x!r}")
                 edges.append((e[0], e[1]))
         devices = list(dict.fromkeys(t[1] for t in tasks))
         dev_el = {d: sorted({el for _, dv, el in tasks if dv == d}) for d in devices}
@@ -571,45 +533,42 @@ class _Reader:
     # -- devices ----------------------------------------------------------------------------
     def rule(self, path: str, v: Any) -> Any:
         """A transition rule: constant, inline table, or {"file": PATH} to a table file."""
-        from frontier.io import read_json
+        from frontier.files import read_json
         from frontier.transition import TransitionTable
         from solvers.model import ConstantTransition
+
+        from .workload_models import ConstantRule, RuleFile
 
         if not isinstance(v, dict):
             raise FormatError(self.file, path, f'must be a transition rule (an object: "file", '
                                                f'"constant" or a table) or "free", got {_got(v)}')
-        d = v
-        if set(d) == {"constant"}:
-            c = self.obj(f"{path}.constant", d["constant"])
-            self.unknown(f"{path}.constant", c, ("time_s", "energy_j"))
-            if "time_s" not in c:
-                raise FormatError(self.file, f"{path}.constant.time_s", "missing")
-            return ConstantTransition(self.number(f"{path}.constant.time_s", c["time_s"]),
-                                      self.number(f"{path}.constant.energy_j", c.get("energy_j", 0.0)))
-        if "file" in d:
-            self.unknown(path, d, ("file",))
-            src = Path(self.string(f"{path}.file", d["file"]))
+        if set(v) == {"constant"}:
+            c = self.check(ConstantRule, v, path).constant
+            return ConstantTransition(c.time_s, c.energy_j)
+        if "file" in v:
+            src = Path(self.check(RuleFile, v, path).file)
             src = src if src.is_absolute() else self.base / src
             if not src.is_file():
                 raise FormatError(self.file, f"{path}.file", f"{src}: no such file")
             return TransitionTable.from_dict(read_json(src), str(src))
-        return TransitionTable.from_dict(d, f"{self.file}: {path}")
+        return TransitionTable.from_dict(v, f"{self.file}: {path}")
 
-    def devices(self, doc: Mapping, devices: Sequence[str], idle_override: float | None,
+    def devices(self, doc: WorkloadFile, devices: Sequence[str], idle_override: float | None,
                 require_transitions: bool = True):
-        per = self.obj("devices", doc.get("devices", {}))
-        for d, body in per.items():
+        """Each device's idle power and transition rule (or where the file said "free")."""
+        per = doc.devices
+        for d in per:
             if d not in devices:
                 raise FormatError(self.file, f"devices.{d}", f"not a device of this shape "
                                   f"(devices: {', '.join(devices)})")
-            self.unknown(f"devices.{d}", self.obj(f"devices.{d}", body), _DEVICE_KEYS)
-        top_idle = doc.get("idle_power_w")
+        top_idle = doc.idle_power_w
         idle: dict[str, float] = {}
         for d in devices:
+            own = per[d].idle_power_w if d in per else None
             if idle_override is not None:
                 idle[d] = float(idle_override)
-            elif "idle_power_w" in per.get(d, {}):
-                idle[d] = self.number(f"devices.{d}.idle_power_w", per[d]["idle_power_w"])
+            elif own is not None:
+                idle[d] = own
             elif isinstance(top_idle, dict):
                 if d not in top_idle:
                     raise FormatError(self.file, f"idle_power_w.{d}", "missing (the power this device draws while it waits, W)")
@@ -632,10 +591,10 @@ class _Reader:
             # the caller prices switches itself, or is measuring them (ecal transitions): the
             # file's rules are not read, so a table not measured yet is no error
             return idle, rules, {d: "" for d in devices}
-        top = doc.get("transitions")
+        top = doc.transitions
         top_rule = None if top is None or top == FREE else self.rule("transitions", top)
         for d in devices:
-            mine = per.get(d, {}).get("transitions")
+            mine = per[d].transitions if d in per else None
             key = f"devices.{d}.transitions"
             if mine == FREE:
                 free[d] = key
@@ -652,11 +611,12 @@ class _Reader:
                 free[d] = ""
         return idle, rules, free
 
-    def ranks(self, v: Any, devices: Sequence[str], pipeline: bool) -> tuple[str, ...] | None:
+    def ranks(self, v: Sequence[str] | None, devices: Sequence[str],
+              pipeline: bool) -> tuple[str, ...] | None:
+        """The device of each rank: the file's ``ranks`` (devices of this shape, each once),
+        else the stages of a pipeline, else None."""
         if v is None:
             return tuple(devices) if pipeline else None
-        if not isinstance(v, list) or not v:
-            raise FormatError(self.file, "ranks", f"must be a non-empty list of device names, got {_got(v)}")
         for i, d in enumerate(v):
             if d not in devices:
                 raise FormatError(self.file, f"ranks[{i}]", f"{d!r} is not a device of this shape "
@@ -675,7 +635,8 @@ def _is_store(p: Path) -> bool:
 def _read_signature_json(file: str) -> tuple[dict[str, list[Signature]], dict[str, float]]:
     """Signatures by element from a signature file, a workbook or a characterization JSON, and
     the ready power by ω label that a characterization's meta may carry."""
-    from frontier.io import load_signatures, read_json, signature_from_dict
+    from frontier.files import read_json
+    from frontier.io import load_signatures, signature_from_dict
 
     doc = read_json(file)
     groups: dict[str, list[Signature]] = {}

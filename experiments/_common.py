@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from frontier.io import write_json_atomic, write_text_atomic  # noqa: F401  (re-exported for the studies)
+from frontier.files import write_json_atomic, write_text_atomic  # noqa: F401  (re-exported for the studies)
 from measure.replay import shared_data_dir
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

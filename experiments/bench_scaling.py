@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "experiments"))
 
 from bench_solvers import P2P_W, chain_problem, idle_priced_switch, make_profile  # noqa: E402
 
-from frontier.io import write_json_atomic, write_text_atomic  # noqa: E402
+from frontier.files import write_json_atomic, write_text_atomic  # noqa: E402
 from solvers import load_perseus_profile, solve  # noqa: E402
 
 SIZES = ((8, 32), (16, 32), (16, 64), (32, 64), (32, 128))    # stages x microbatches

@@ -30,7 +30,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from frontier.io import write_json_atomic, write_text_atomic  # noqa: E402
+from frontier.files import write_json_atomic, write_text_atomic  # noqa: E402
 from solvers import ConstantTransition, load_perseus_profile, pareto, solve  # noqa: E402
 from solvers.dp import chain_order  # noqa: E402
 from solvers.feasibility import meets_deadline  # noqa: E402

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "experiments"))
 
 from bench_solvers import P2P_W, idle_priced_switch, make_profile  # noqa: E402
 
-from frontier.io import write_text_atomic  # noqa: E402
+from frontier.files import write_text_atomic  # noqa: E402
 from solvers import load_perseus_profile, solve  # noqa: E402
 
 #: (stages, microbatches, switch time s or None, method, time_limit_s)

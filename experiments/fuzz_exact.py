@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from test_bruteforce_fuzz import BOUND_REL_TOL, check, instance, optimum  # noqa: E402
 
-from frontier.io import write_json_atomic  # noqa: E402
+from frontier.files import write_json_atomic  # noqa: E402
 from solvers import solve  # noqa: E402
 from solvers.brute import brute_force  # noqa: E402
 from solvers.fast import solve_fast  # noqa: E402

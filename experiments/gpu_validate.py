@@ -276,7 +276,7 @@ def run(backend: Any, budget_s: float = BUDGET_S, out: Path | None = None, quiet
         "partitions": getattr(backend, "partitions", {}),
     }
     if out is not None:
-        from frontier.io import write_json_atomic
+        from frontier.files import write_json_atomic
 
         write_json_atomic(out, result)
     return result

@@ -19,6 +19,7 @@ from matplotlib.figure import Figure
 
 from frontier.deviation import DeviationResult, deviation
 from frontier.errors import EnergyCalculusError
+from frontier.files import write_json_atomic
 from frontier.h200 import (
     element_signatures,
     load_measurements,
@@ -26,7 +27,6 @@ from frontier.h200 import (
     predict_composition,
     static_power_w,
 )
-from frontier.io import write_json_atomic
 from frontier.plot import save_figure
 from measure.replay import H200_MEASUREMENTS, shared_data_dir
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from frontier.io import write_json_atomic, write_text_atomic
+from frontier.files import write_json_atomic, write_text_atomic
 from measure import NAIVE_5S, Protocol, SimulatedGPU, measure_point, preset
 from measure.protocol import measure_ready_power_w, measure_window
 

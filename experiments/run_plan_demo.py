@@ -28,7 +28,7 @@ from ecal.demo import DemoConfig, run_demo
 from execution.pipeline import pipeline_work, stage_kernels
 from execution.savings import PlanComparison, run_with_baselines
 from execution.work import TaskWork
-from frontier.io import write_json_atomic
+from frontier.files import write_json_atomic
 from measure.sim import PRESETS, SimulatedGPU, with_spec
 
 QUIET = with_spec(cap_clock_dither=0.0, cap_clock_wander=0.0, time_jitter=0.0, power_noise=0.0)

@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from frontier.errors import EnergyCalculusError
+from frontier.files import write_json_atomic
 from frontier.h200 import load_measurements
-from frontier.io import write_json_atomic
 from measure.calibration import (
     COMPOSITES,
     SPLIT_CORUNS,

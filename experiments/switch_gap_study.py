@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT / "experiments"))
 from _common import markdown_table  # noqa: E402
 from bench_solvers import P2P_W, idle_priced_switch, make_profile  # noqa: E402
 
-from frontier.io import write_json_atomic, write_text_atomic  # noqa: E402
+from frontier.files import write_json_atomic, write_text_atomic  # noqa: E402
 from solvers import load_perseus_profile, solve  # noqa: E402
 from solvers.model import Problem  # noqa: E402
 

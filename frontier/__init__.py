@@ -7,17 +7,9 @@ from .compose import clark_max, idle, par, par_multi, repeat, seq
 from .dag import DagSchedule, TransitionUse, dag, dag_schedule
 from .deviation import DeviationResult, LocalizationResult, critical_value, deviation, prefix_scan
 from .errors import CompositionError, EnergyCalculusError, FormatError, InvalidSignatureError
+from .files import read_json, write_json_atomic
 from .interaction import InteractionTable, compose_pair, par_with, record_of
-from .io import (
-    CompositionEntry,
-    Workbook,
-    load_signatures,
-    load_workbook,
-    parse_workbook,
-    read_json,
-    save_signatures,
-    write_json_atomic,
-)
+from .io import load_signatures, save_signatures
 from .operating_point import OperatingPoint
 from .pareto import (
     Frontier,
@@ -32,6 +24,7 @@ from .pareto import (
 )
 from .signature import Signature, Term
 from .transition import TransitionTable
+from .workbook import CompositionEntry, Workbook, load_workbook, parse_workbook
 
 __all__ = [
     "OperatingPoint", "Signature", "Term", "seq", "repeat", "par", "par_multi", "idle", "clark_max",

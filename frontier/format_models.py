@@ -363,3 +363,70 @@ class SelftestReport(Strict):
     device_time_s: NonNegative
     real_time_s: NonNegative
     write_checks: str = ""
+
+
+# -- schedule (measure.schedule) -----------------------------------------------------------------
+
+def number_check(positive: bool = False) -> Any:
+    """A check of a JSON number in the project's wording (``must be a non-negative number``,
+    ``must be a positive number``; NaN, inf, bools and strings refused), for an
+    ``AfterValidator`` on a field declared ``Annotated[float, Field(...), SkipValidation]``."""
+    import math
+
+    kind = "a positive" if positive else "a non-negative"
+
+    def check(v: Any) -> float:
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+        try:
+            fv = float(v) if ok else math.nan
+        except OverflowError:          # an integer of hundreds of digits
+            fv = math.nan
+        if not math.isfinite(fv) or fv < 0 or (positive and fv == 0):
+            finite = " finite" if ok and not math.isfinite(fv) else ""
+            raise PydanticCustomError("number_type", f"must be {kind}{finite} number")
+        return fv
+    return check
+
+
+Positive = Annotated[float, Field(gt=0), SkipValidation, AfterValidator(number_check(True))]
+
+
+class ScheduleTask(Strict):
+    """One task of a device's schedule, in execution order: its planned start and end (s from
+    the step's start) and the knobs to set before it (absent or null: leave as is)."""
+
+    task: Name
+    start_s: float | None = None
+    end_s: float | None = None
+    sm_clock_mhz: Positive | None = None
+    mem_clock_mhz: Positive | None = None
+    power_limit_w: Positive | None = None
+    sm_count: Positive | None = Field(None, description="SMs (green contexts); an integer")
+
+
+class ScheduleDevice(Strict):
+    """What a schedule says about one device."""
+
+    ready_power_w: Positive | None = Field(None, description="ready power at the device's top "
+                                           "operating point, W (null: not recorded)")
+    switches_per_iteration: int | None = Field(None, ge=0, description="changes of ω_dev in "
+                                               "one iteration, the wrap-around included")
+
+
+class ScheduleFile(Strict):
+    """A per-device operating-point schedule for a training loop (``ecal plan --schedule``;
+    :mod:`measure.schedule`): device → its tasks in execution order, and optionally the ranks,
+    whether the step repeats, what each device draws and how often it switches."""
+
+    problem: str | None = None
+    deadline_s: float | None = None
+    makespan_s: float | None = None
+    energy_j: float | None = None
+    simulated: bool = False
+    confidence: float | None = None
+    solved_deadline_s: float | None = None
+    p_meets_deadline: float | None = None
+    steady_state: bool = False
+    device_info: dict[str, ScheduleDevice] | None = None
+    ranks: list[str] | None = Field(None, description="the device of rank 0, 1, …")
+    devices: dict[str, Annotated[list[ScheduleTask], Field(min_length=1)]] = Field(min_length=1)

@@ -71,11 +71,13 @@ class Kind:
         return format_tag(self.name, self.write_version)
 
 
-#: Every file format, by kind. Helpers that add a model fill in ``model``.
+#: Every file format, by kind, with the model that declares it.
 KINDS: dict[str, Kind] = {k.name: k for k in (
-    Kind("signatures", (1,), legacy_schema_version=((1, 1),), model="frontier.format_models:SignaturesFile",
+    Kind("signatures", (1,), legacy_schema_version=((1, 1),),
+         model="frontier.format_models:SignaturesFile",
          description="signatures by name (ecal characterize, ecal frontier -o)"),
-    Kind("workbook", (1,), legacy_schema_version=((1, 1),), model="frontier.format_models:WorkbookFile",
+    Kind("workbook", (1,), legacy_schema_version=((1, 1),),
+         model="frontier.format_models:WorkbookFile",
          description="signatures and compositions to compose or check (ecal compose, ecal check)"),
     Kind("interactions", (1,), legacy_names=("energy-calculus/interaction-table",),
          model="frontier.format_models:InteractionsFile",
@@ -87,20 +89,29 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          model="frontier.format_models:TransitionsFile",
          description="switch costs between operating points (ecal transitions)"),
     Kind("problem", (1,), legacy_schema_version=(("ecal.problem/1", 1),),
+         model="solvers.format_models:ProblemFile",
          description="a planning problem: devices, tasks, options (ecal plan)"),
     Kind("plan", (1,), legacy_schema_version=(("ecal.plan/1", 1),),
+         model="solvers.format_models:PlanFile",
          description="a plan: one operating point per task (ecal plan -o)"),
     Kind("pareto", (1,), legacy_schema_version=(("ecal.pareto/1", 1),),
+         model="solvers.format_models:ParetoFile",
          description="a time-energy curve of plans (ecal pareto -o)"),
-    Kind("schedule", (1,), description="per-device operating-point schedule for a training loop"),
-    Kind("workload", (1,), description="elements, schedule and transitions of a job"),
+    Kind("schedule", (1,), model="frontier.format_models:ScheduleFile",
+         description="per-device operating-point schedule for a training loop"),
+    Kind("workload", (1,), model="execution.workload_models:WorkloadFile",
+         description="elements, schedule and transitions of a job"),
     Kind("work", (1,), legacy_names=("energy-calculus/work-table",),
+         model="execution.format_models:WorkFile",
          description="simulated work per element (the simulator's work table)"),
     Kind("execution", (1,), legacy_schema_version=(("ecal.execution/1", 1),),
+         model="execution.format_models:ExecutionFile",
          description="one run of a plan, predicted against measured (in ecal.run/1)"),
     Kind("baselines", (1,), legacy_names=("energy-calculus/baselines",),
+         model="execution.format_models:BaselinesFile",
          description="names the plan files a plan is measured against (ecal demo)"),
-    Kind("run", (1,), description="a plan and its baselines run and measured, with savings "
+    Kind("run", (1,), model="execution.format_models:RunFile",
+         description="a plan and its baselines run and measured, with savings "
                                   "(ecal run -o)"),
     Kind("results", (1, 2), legacy_names=("energy-calculus/results",),
          model="frontier.format_models:ResultsHeader",
@@ -111,7 +122,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("store-export", (1,), legacy_names=("energy-calculus/store-export",),
          model="frontier.format_models:StoreExportFile",
          description="signatures exported from a store (ecal store export)"),
-    Kind("selftest", (1,), model="frontier.format_models:SelftestReport",
+    Kind("selftest", (1,),
+         model="frontier.format_models:SelftestReport",
          description="a device self-test record (ecal selftest)"),
 )}
 
@@ -268,7 +280,7 @@ def _problem(err: Mapping[str, Any]) -> str:
         return "missing"
     inp = err.get("input")
     if err.get("type") not in ("missing",) and not isinstance(inp, (dict, list)):
-        return f"{msg[:1].lower()}{msg[1:]} (got {inp!r})"
+        return f"{msg[:1].lower()}{msg[1:]} (got {_show(inp)})"
     return f"{msg[:1].lower()}{msg[1:]}"
 
 
@@ -289,13 +301,25 @@ def validate(model: type[M], doc: Any, file: str, prefix: str = "") -> M:
         raise FormatError(file, path, _problem(first) + tail) from None
 
 
-def json_schema(kind_name: str) -> dict[str, Any]:
-    """The JSON Schema of ``kind_name``'s current version (``ecal schema KIND`` prints it)."""
+def model_class(kind_name: str) -> type:
+    """The pydantic model that declares ``kind_name``'s current version (imported on first use,
+    so reading one format does not import every reader).
+
+    >>> model_class("plan").__name__
+    'PlanFile'
+    """
     k = kind(kind_name)
     if not k.model:
         raise InputError(f"format {kind_name!r} has no declared model yet")
     module, _, cls = k.model.partition(":")
-    model = getattr(importlib.import_module(module), cls)
+    model: type = getattr(importlib.import_module(module), cls)
+    return model
+
+
+def json_schema(kind_name: str) -> dict[str, Any]:
+    """The JSON Schema of ``kind_name``'s current version (``ecal schema KIND`` prints it)."""
+    k = kind(kind_name)
+    model: Any = model_class(kind_name)
     schema = model.model_json_schema(by_alias=True)
     # the identity key is checked by check_format, not the model: declare it here
     schema["properties"] = {"format": {"const": k.tag, "description": k.description},

@@ -37,7 +37,7 @@ def load_measurements(path: str | os.PathLike) -> dict[str, Any]:
     """Read the H200 measurement file at ``path`` (errors are :class:`FormatError`). Finding
     it is the caller's business: ``measure.replay.data_path(measure.replay.H200_MEASUREMENTS)``
     locates the shared copy."""
-    from .io import read_json
+    from .files import read_json
 
     p = Path(path)
     data = read_json(p)

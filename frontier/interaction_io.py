@@ -22,9 +22,9 @@ inside it, problem): another ``format`` or version, unknown fields anywhere it d
 is not two members, a bad element name or SM count, an unknown or non-positive knob, an
 ``omega_dev`` with ``sm_count``, a composed signature, a signature measured at another ω_dev
 than its entry's, two entries for one pair (in either order), a bad provenance field, and
-everything :func:`frontier.io.read_json` refuses (binary or non-UTF-8 files, invalid JSON,
+everything :func:`frontier.files.read_json` refuses (binary or non-UTF-8 files, invalid JSON,
 NaN/Infinity, numbers that overflow a float). The writer is atomic
-(:func:`frontier.io.write_json_atomic`): a reader never sees a partial file.
+(:func:`frontier.files.write_json_atomic`): a reader never sees a partial file.
 """
 
 from __future__ import annotations
@@ -35,10 +35,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from .codec import number_field
 from .errors import EnergyCalculusError, FormatError
+from .files import read_json, write_json_atomic
 from .formats import KINDS, check_units, content, validate
 from .interaction import InteractionEntry, InteractionTable, Member, PairKey, Provenance
-from .io import UNITS, number_field, read_json, write_json_atomic
+from .io import UNITS
 from .operating_point import OperatingPoint
 from .pareto import signature_from_dict, signature_to_dict
 

@@ -42,8 +42,8 @@ def energy_unit(e_max_j: float) -> tuple[float, str]:
 
 
 def save_figure(fig: Figure, path: str | os.PathLike) -> Path:
-    """Write ``fig`` to ``path`` atomically (format from the suffix; see ``frontier.io.atomic_write``)."""
-    from .io import atomic_write
+    """Write ``fig`` to ``path`` atomically (format from the suffix; see ``frontier.files.atomic_write``)."""
+    from .files import atomic_write
 
     path = Path(path)
     fmt = path.suffix.lstrip(".").lower() or "png"

@@ -16,6 +16,9 @@
 * :class:`Protocol`, :func:`measure_point` — warm-up, null context, tick-aligned windows,
   repetitions to a target relative standard error.
 * :func:`characterize` / :func:`sweep` over ω × κ grids (:func:`parse_grid`), resumable.
+* :class:`ProgressEvent` (:mod:`measure.progress`) — what every long operation reports through
+  its ``progress`` callback (default none: the library shows no progress by itself); warnings
+  and notes go to ``logging.getLogger(__name__)`` (unconfigured: warnings on stderr only).
 * :class:`PlanApplier` — apply per-element operating points around their execution (from a
   schedule file, :mod:`measure.schedule`);
   :func:`measure_transitions` — settle-time probe → a measured ``TransitionTable``.
@@ -32,8 +35,9 @@
     dev = open_device(args.device, read_only=args.read_only, seed=args.seed)
     work = resolve_work(args.work, dev)
     res = characterize(work, device=dev, grid=args.grid, results_path=args.results,
-                       protocol=Protocol(target_rse=args.target_rse), name=args.work)
-    print(res.to_table()); res.save(args.output)     # signature file keyed element@κ@ω
+                       protocol=Protocol(target_rse=args.target_rse), name=args.work,
+                       progress=reporter)           # ecal's: ecal.output.progress_reporter
+    res.save(args.output); table = res.to_table()   # signature file keyed element@κ@ω
 
 Imports ``frontier``, never ``solvers`` or ``execution`` (running a plan is
 :mod:`execution`, which imports this).
@@ -57,6 +61,7 @@ from .grid import Grid, GridError, default_grid, parse_grid
 from .journal import CorruptJournalError, JournalWriteError, UntrustedJournalError
 from .locks import LockedError, UnsafeFileError, UnsafeStateDirError
 from .nvml import GpuLostError, NVMLDevice, RestoreFailedError, cuda_index_for
+from .progress import ProgressCallback, ProgressEvent
 from .protocol import NAIVE_5S, Protocol, measure_point, measure_ready_power_w
 from .replay import (
     ReplayDevice,
@@ -68,7 +73,7 @@ from .replay import (
 )
 from .results_log import ResultsMismatchError
 from .sim import H200, PRESETS, SimKernel, SimSpec, SimulatedGPU, list_presets, preset
-from .sweep import Progress, ReadyPowerCache, SweepResult, print_progress, sweep
+from .sweep import Progress, ReadyPowerCache, SweepResult, sweep
 from .transitions import measure_transitions, settle_time_s
 
 __all__ = [
@@ -80,7 +85,8 @@ __all__ = [
     "CorruptJournalError", "JournalWriteError", "UntrustedJournalError", "UnsafeFileError",
     "UnsafeStateDirError",
     "Protocol", "NAIVE_5S", "measure_point", "measure_ready_power_w",
-    "Grid", "GridError", "parse_grid", "default_grid", "sweep", "ReadyPowerCache", "SweepResult", "Progress", "print_progress",
+    "Grid", "GridError", "parse_grid", "default_grid", "sweep", "ReadyPowerCache", "SweepResult", "Progress",
+    "ProgressEvent", "ProgressCallback",
     "characterize", "CharacterizationResult", "save_characterizations", "PlanApplier",
     "open_device", "resolve_work", "load_work", "ResolvedWork", "UserCodeError",
     "measure_transitions", "settle_time_s", "ResultsMismatchError",

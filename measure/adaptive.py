@@ -78,7 +78,7 @@ import math
 import os
 import socket
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -92,6 +92,7 @@ from frontier.signature import Signature
 
 from .device import Device
 from .grid import Grid, parse_grid
+from .progress import ProgressCallback, ProgressEvent
 from .protocol import Protocol
 from .results_log import ResultsLog, ResultsMismatchError, header_form, point_key
 
@@ -725,12 +726,14 @@ class AdaptiveOptions:
 
 def characterize_adaptive(work: Any, device: Device, options: AdaptiveOptions = AdaptiveOptions(),
                           *, name: str | None = None,
-                          progress: Callable[[str], None] | None = None,
+                          progress: ProgressCallback | None = None,
                           journal: str | os.PathLike | None = None) -> AdaptiveResult:
     """Characterize ``work`` (a work, or a mapping κ label → work) on ``device`` over
     ``options.grid``, measuring only the points that can still change the ``criterion``
     frontier by more than the tolerance (module docstring: rules, assumptions). ``name``: the
-    element's name (default: the work's); ``progress``: called with a line per round.
+    element's name (default: the work's); ``progress`` (default: none): a
+    :class:`~measure.progress.ProgressEvent` per point measured or read back from the journal
+    (``operation="adaptive"``, ``total`` None: how many points it takes is not known ahead).
 
     The options (:class:`AdaptiveOptions`) — ``grid``: the full candidate grid; it must vary ``sm_clock_mhz`` (≥ 3 clocks; default:
     every SM clock the device supports at its top memory clock). ``coarse_grid``: where to
@@ -854,9 +857,13 @@ def characterize_adaptive(work: Any, device: Device, options: AdaptiveOptions = 
                 if iv.bounded and not iv.empty and not iv.contains(v, tol):
                     violations.append(Violation(op, kappa, c, float(v), (iv.lo, iv.hi)))
             if progress is not None:
-                progress(f"{element}{' κ=' + kappa if kappa else ''} @ {op.label()}: "
-                         f"{'resumed ' if resumed else ''}"
-                         f"T={sig.time_s * 1e3:.4g} ms E={sig.energy_j:.4g} J")
+                label = f"{element}{' κ=' + kappa if kappa else ''} @ {op.label()}"
+                progress(ProgressEvent(
+                    counts["measured"] + counts["resumed"], None, label,
+                    time.monotonic() - wall0, measured=not resumed, signature=sig,
+                    operation="adaptive",
+                    message=f"{label}: {'resumed ' if resumed else ''}"
+                            f"T={sig.time_s * 1e3:.4g} ms E={sig.energy_j:.4g} J"))
 
     try:
         measure([(k, op) for op in coarse_ops for k in works], {})

@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import os
 import queue
 import socket
@@ -53,9 +54,12 @@ from frontier.operating_point import OperatingPoint
 
 from .device import Device, DeviceError
 from .grid import Grid, GridError, parse_grid
+from .progress import ProgressCallback, ProgressEvent, eta_s, report
 from .protocol import Protocol
 from .results_log import point_key
 from .store import ResultsStore, StoreError
+
+log = logging.getLogger(__name__)
 
 #: The ``format`` a campaign file may name (optional: a hand-written campaign need not).
 CAMPAIGN_FORMAT = KINDS["campaign"].tag
@@ -311,12 +315,12 @@ def _strict_yaml_loader() -> type:
 def load_campaign(path: str | os.PathLike) -> CampaignSpec:
     """Read a campaign file: ``.yaml``/``.yml`` with PyYAML through a strict loader
     (:func:`_strict_yaml_loader`: no alias bombs, no duplicate keys, finite numbers, bounded
-    depth), anything else as JSON through :func:`frontier.io.read_json` (finite numbers,
+    depth), anything else as JSON through :func:`frontier.files.read_json` (finite numbers,
     bounded depth). Either way a UTF-8 BOM is accepted and a binary or non-UTF-8 file refused;
     the file may hold at most :data:`MAX_CAMPAIGN_BYTES`. Errors are one-line
     :class:`FormatError` naming the file and the line or field, and never quote more than a
     short, truncated piece of a value."""
-    from frontier.io import read_json, read_text
+    from frontier.files import read_json, read_text
 
     file = str(path)
     try:
@@ -644,10 +648,14 @@ class CampaignResult:
 
 
 class _Committer:
-    """Commits records as they arrive (the driver's only store writes) and keeps count."""
+    """Commits records as they arrive (the driver's only store writes), keeps count and
+    reports one progress event per unit done (committed or failed)."""
 
-    def __init__(self, store: ResultsStore, spec: CampaignSpec, bar: Any):
-        self.store, self.spec, self.bar = store, spec, bar
+    def __init__(self, store: ResultsStore, spec: CampaignSpec, total: int, resumed: int,
+                 progress: ProgressCallback | None):
+        self.store, self.spec = store, spec
+        self.total, self.done, self.progress = total, resumed, progress
+        self.t0 = time.monotonic()
         self.measured = 0
         self.by_gpu: dict[str, int] = {}
         self.failed: dict[str, str] = {}
@@ -664,29 +672,49 @@ class _Committer:
             self.measured += 1
             g = rec["measured_by"]["uuid"]
             self.by_gpu[g] = self.by_gpu.get(g, 0) + 1
-        self.bar.update(1)
+        omega = OperatingPoint.from_dict(rec["omega"]).label()
+        kappa = rec.get("kappa")
+        self._tick(f"{rec['element']}{'/' + kappa if kappa else ''} @ {omega}", "measured")
 
     def fail(self, key: str, why: str, work: bool = False) -> None:
         self.failed[key] = why
         if work:
             self.work_failed.append(key)
-        self.bar.update(1)
+        self._tick(key, "failed")
+
+    def _tick(self, label: str, status: str) -> None:
+        self.done += 1
+        if self.progress is None:
+            return
+        elapsed = time.monotonic() - self.t0
+        n = self.measured + len(self.failed)       # units of this run: the rate so far
+        self.progress(ProgressEvent(self.done, self.total, label, elapsed,
+                                    eta_s(elapsed, n, self.total - self.done),
+                                    measured=status == "measured", operation=self.spec.name,
+                                    status=status))
 
 
-def _progress_bar(total: int, initial: int, name: str, enabled: bool) -> Any:
-    from tqdm import tqdm
-
-    return tqdm(total=total, initial=initial, desc=name, unit="unit", file=sys.stderr,
-                disable=not enabled, dynamic_ncols=True, mininterval=0.2)
+def _start_event(spec: CampaignSpec, store_path: Any, total: int, resumed: int) -> ProgressEvent:
+    """The event a campaign reports before its first unit (a bar starts at ``resumed``)."""
+    return ProgressEvent(resumed, total, spec.name, operation=spec.name,
+                         message=f"campaign {spec.name}: {total} unit(s), {resumed} already in "
+                                 f"{store_path}")
 
 
 def run_campaign(spec: CampaignSpec, store_path: str | os.PathLike, *, gpus: int | None = None,
-                 ray_address: str | None = None, progress: bool = True,
+                 ray_address: str | None = None, progress: ProgressCallback | bool | None = None,
                  ray_cpus_per_task: float = 1.0) -> CampaignResult:
     """Measure every unit of ``spec`` not yet committed to the store at ``store_path`` (created
     if missing) and commit each as it arrives. ``gpus``: local workers (default: every GPU of
     the host; 1 simulated GPU); ``ray_address``: run units as Ray tasks instead (``"auto"``,
-    ``"local"`` to start a one-machine cluster, or a cluster address). A rerun resumes."""
+    ``"local"`` to start a one-machine cluster, or a cluster address). A rerun resumes.
+
+    ``progress`` (default: none) gets a :class:`~measure.progress.ProgressEvent` before the
+    first unit (``done`` = units already in the store) and one per unit committed or failed
+    (``operation`` = the campaign's name). A bool (this parameter's older form, which drew a
+    bar here) shows nothing: the caller draws it (``ecal`` does)."""
+    if isinstance(progress, bool):
+        progress = None
     units = shard(spec)
     keys = [u.key for u in units]
     if len(set(keys)) != len(keys):
@@ -718,14 +746,14 @@ def run_campaign(spec: CampaignSpec, store_path: str | os.PathLike, *, gpus: int
         done = store.done_units(spec.name)
         todo = [u for u in units if u.key not in done]
         resumed = len(units) - len(todo)
-        with contextlib.closing(_progress_bar(len(units), resumed, spec.name, progress)) as bar:
-            com = _Committer(store, spec, bar)
-            if todo:
-                if ray_address is not None:
-                    _run_ray(spec, todo, com, ray_address, ray_cpus_per_task, gpus)
-                else:
-                    n = gpus if gpus is not None else count_gpus(spec.device)
-                    _run_local(spec, todo, com, max(1, min(int(n), len(todo))))
+        report(progress, _start_event(spec, store_path, len(units), resumed))
+        com = _Committer(store, spec, len(units), resumed, progress)
+        if todo:
+            if ray_address is not None:
+                _run_ray(spec, todo, com, ray_address, ray_cpus_per_task, gpus)
+            else:
+                n = gpus if gpus is not None else count_gpus(spec.device)
+                _run_local(spec, todo, com, max(1, min(int(n), len(todo))))
     return CampaignResult(spec.name, str(store_path), len(units), resumed, com.measured,
                           com.failed, com.by_gpu, "ray" if ray_address is not None else "local",
                           tuple(com.work_failed))
@@ -766,6 +794,9 @@ def _local_worker(kind: str, index: int, seed: int, spec: dict[str, Any], tasks:
         except Exception as exc:  # noqa: BLE001 - reported to the driver, which decides
             results.put(("dead", index, None, f"{type(exc).__name__}: {exc}"))
             return
+    recovered = getattr(dev, "recovered", None)
+    if recovered is not None:       # logged in this process, where no one shows it: tell the driver
+        results.put(("note", index, None, recovered.summary()))
     try:
         while True:
             try:
@@ -837,7 +868,7 @@ def _watch_driver(driver_alive: Any, results: Any, grace_s: float = WORKER_ORPHA
 def _run_local(spec: CampaignSpec, todo: Sequence[Unit], com: _Committer, n_workers: int) -> None:
     import multiprocessing as mp
 
-    # never fork this process (it has threads: the progress bar, queue feeders); a fork server
+    # never fork this process (it has threads: a caller's progress bar, queue feeders); a fork server
     # imports the measuring code once and forks each worker from that clean process
     methods = mp.get_all_start_methods()
     ctx = mp.get_context("forkserver" if "forkserver" in methods else "spawn")
@@ -897,6 +928,8 @@ def _run_local(spec: CampaignSpec, todo: Sequence[Unit], com: _Committer, n_work
             elif kind == "retry":
                 inflight.pop(idx, None)
                 _requeue(key, by_key, attempts, tasks, spec, com, left, payload)
+            elif kind == "note":            # e.g. the worker's GPU was recovered at open
+                log.info("%s", payload)
             else:
                 inflight.pop(idx, None)
                 com.fail(key, payload, work=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,8 +12,9 @@ from frontier.signature import Signature
 
 from .device import Device
 from .grid import Grid
+from .progress import ProgressCallback
 from .protocol import Protocol
-from .sweep import Progress, ReadyPowerCache, print_progress, sweep
+from .sweep import ReadyPowerCache, sweep
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,7 @@ def frontier_of(sigs: tuple[Signature, ...]) -> Any:
 def characterize(fn: Any, device: Device | None = None, grid: str | Grid | Mapping | None = None,
                  results_path: str | None = None, protocol: Protocol | None = None,
                  name: str | None = None, early_stop_k: int | None = None,
-                 progress: Callable[[Progress], None] | None = print_progress,
+                 progress: ProgressCallback | None = None,
                  theta: str | None = None, ready_power_w: float | None = None,
                  ready_cache: ReadyPowerCache | None = None) -> CharacterizationResult:
     """Measure ``fn`` (a work, or a mapping κ label → work) over ``grid`` on ``device``
@@ -142,6 +143,7 @@ def characterize(fn: Any, device: Device | None = None, grid: str | Grid | Mappi
     that keeps ω_dev; ``ready_cache`` (a :class:`~measure.sweep.ReadyPowerCache` shared by the
     characterizations of a campaign) calibrates each (device, ω_dev) once across elements.
     ``meta["ready_power_w"]`` maps each ω_dev label to the ready power used there, W.
+    ``progress`` (default: none) gets one :class:`~measure.progress.ProgressEvent` per point.
     """
     if device is None:
         from .sim import SimulatedGPU

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import logging
+import os
 import signal
-import sys
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -21,6 +22,8 @@ from typing import Any
 
 from frontier.errors import EnergyCalculusError
 from frontier.operating_point import OperatingPoint
+
+log = logging.getLogger(__name__)
 
 
 class DeviceError(EnergyCalculusError):
@@ -245,11 +248,29 @@ def can_co_run(device: Any) -> bool:
 
 
 def _add_note(exc: BaseException, note: str) -> None:
-    """``exc.add_note(note)`` (Python >= 3.11); on 3.10 the note goes to stderr instead."""
+    """``exc.add_note(note)`` (Python >= 3.11); on 3.10 the note is logged (an error) instead."""
     if hasattr(exc, "add_note"):
         exc.add_note(note)
     else:  # pragma: no cover - Python 3.10
-        print(f"ecal: {note}", file=sys.stderr, flush=True)
+        log.error("%s", note)
+
+
+def write_stderr_unlocked(line: str) -> None:
+    """Write ``line`` and a newline to file descriptor 2 with ``os.write``, taking no lock.
+
+    Only for the restore path that runs inside a signal handler or at interpreter exit. A
+    Python signal handler runs between two bytecodes of whatever the main thread was doing,
+    which may be inside ``logging`` (holding its module lock or a handler's lock: the state
+    they guard is half updated) or inside ``sys.stderr``'s buffered write (a second write from
+    the handler raises "reentrant call"); at interpreter exit the CLI's log handler is gone
+    and logging may be shut down. ``os.write`` takes none of these locks. Everything else in
+    the library logs through ``logging.getLogger(__name__)``. Never raises."""
+    data = (line + "\n").encode("utf-8", errors="replace")
+    try:
+        while data:
+            data = data[os.write(2, data):]
+    except OSError:
+        pass            # no stderr to say it on: the journal still says it
 
 
 def _chain(prev: Any, signum: int, frame: Any) -> None:
@@ -276,7 +297,7 @@ def restoring(device: Device, attempts: int = 3) -> Iterator[Device]:
 
     * Normal exit: a failed restore raises its :class:`DeviceError`.
     * Exception: the exception stays the one raised; a failed restore is attached to it as a
-      note (``add_note``; on Python 3.10 printed to stderr).
+      note (``add_note``; on Python 3.10 logged as an error).
     * Signal (main thread only; a signal whose handler was ``SIG_IGN`` is left ignored, so a
       run under ``nohup`` keeps its settings): restore, then chain to the previous handler —
       a callable is called (so a CLI handler that raises still runs); ``SIG_DFL`` means
@@ -312,16 +333,18 @@ def restoring(device: Device, attempts: int = 3) -> Iterator[Device]:
         try:
             _restore()
         except Exception as exc:  # noqa: BLE001 - the signal must still take effect
-            print(f"ecal: restoring {device.name} after {signal.Signals(signum).name} failed: "
-                  f"{exc} (run `ecal restore` to put it back)", file=sys.stderr, flush=True)
+            # inside a signal handler: no logging (its locks), no sys.stderr (reentrancy)
+            write_stderr_unlocked(f"ecal: restoring {device.name} after "
+                                  f"{signal.Signals(signum).name} failed: {exc} "
+                                  "(run `ecal restore` to put it back)")
         _chain(previous.get(signum), signum, frame)
 
     def _at_exit() -> None:
         try:
             _restore()
         except Exception as exc:  # noqa: BLE001 - nothing above us at interpreter exit
-            print(f"ecal: restoring {device.name} at exit failed: {exc}", file=sys.stderr,
-                  flush=True)
+            # at interpreter exit: the CLI's log handler is gone, logging may be shut down
+            write_stderr_unlocked(f"ecal: restoring {device.name} at exit failed: {exc}")
 
     in_main = threading.current_thread() is threading.main_thread()
     if in_main:

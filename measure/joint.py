@@ -20,8 +20,8 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -33,8 +33,8 @@ from frontier.signature import Signature
 from .characterize import characterize
 from .device import Device, FeatureUnavailableError, can_co_run
 from .grid import Grid, GridError, parse_grid
+from .progress import ProgressCallback, ProgressEvent
 from .protocol import Protocol
-from .sweep import Progress, print_progress
 
 Split = tuple[int | None, int | None]
 
@@ -130,7 +130,7 @@ def _check(pairs: Sequence[JointPair], grid: Grid, sm_total: int) -> None:
 def characterize_pairs(device: Device, pairs: Iterable[JointPair],
                        grid: str | Grid | None = None, protocol: Protocol | None = None, *,
                        results_dir: str | Path | None = None,
-                       progress: Callable[[Progress], None] | None = print_progress,
+                       progress: ProgressCallback | None = None,
                        description: str | None = None) -> InteractionTable:
     """Measure every pair jointly at every (ω_dev in ``grid``, split in ``pair.splits``).
 
@@ -138,8 +138,8 @@ def characterize_pairs(device: Device, pairs: Iterable[JointPair],
     and split). Each joint signature is a measured leaf named ``a||b@sm_a+sm_bSM`` with
     ``omega`` = ω_dev with ``sm_count`` = sm_a + sm_b (what ``par`` gives the composite) and
     ``meta["joint"]`` naming the members and split; ``meta["sm_total"]`` is the device's SM
-    count. ``progress`` gets one :class:`~measure.sweep.Progress` per point with counts over
-    the whole job. With ``results_dir``, every point is kept as measured and a rerun resumes
+    count. ``progress`` (default: none) gets one :class:`~measure.progress.ProgressEvent` per
+    point with counts over the whole job (``operation="joint"``). With ``results_dir``, every point is kept as measured and a rerun resumes
     (see :func:`~measure.characterize.characterize`).
     """
     pairs = list(pairs)
@@ -152,7 +152,7 @@ def characterize_pairs(device: Device, pairs: Iterable[JointPair],
     state = {"done": 0, "measured": 0}
     t0 = time.monotonic()
 
-    def relay(p: Progress) -> None:
+    def relay(p: ProgressEvent) -> None:
         state["done"] += 1
         state["measured"] += int(p.measured)
         if progress is None:
@@ -160,7 +160,8 @@ def characterize_pairs(device: Device, pairs: Iterable[JointPair],
         elapsed = time.monotonic() - t0
         left = total - state["done"]
         eta = elapsed / state["measured"] * left if state["measured"] else (0.0 if not left else math.inf)
-        progress(Progress(state["done"], total, p.label, elapsed, eta, p.measured, p.signature))
+        progress(replace(p, done=state["done"], total=total, elapsed_s=elapsed, eta_s=eta,
+                         operation="joint"))
 
     desc = device.describe()
     entries: list[InteractionEntry] = []

@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from frontier.errors import InputError
-from frontier.io import fsync_dir
+from frontier.files import fsync_dir
 
 from .device import DeviceError
 from .locks import UnsafeFileError, lock_dir

@@ -22,7 +22,9 @@ Never leaving a GPU changed:
   ``atexit`` hook, a lost GPU, the recovery at open, ``ecal restore``) puts the card back
   first and updates the journal only afterwards, best effort: a journal that cannot be
   written never stops or fails a restore. It is left as it was (restoring twice is
-  harmless), one line on stderr names it, and the next open or ``ecal restore`` clears it.
+  harmless), one line on stderr names it (written to fd 2 directly: this runs inside signal
+  handlers and at exit, where logging's locks must not be taken), and the next open or
+  ``ecal restore`` clears it.
 * **What NVML reads back.** The power limit is read (``nvmlDeviceGetPowerManagementLimit``,
   mW) and restored exactly. NVML has no call that reads a clock *lock* (only the current
   clock), so clock locks are restored by resetting them (``nvmlDeviceResetGpuLockedClocks``,
@@ -36,8 +38,9 @@ Never leaving a GPU changed:
   followed, written or emptied.
 * **Recovery.** Opening a GPU (not read-only) whose journal was left by a process that no
   longer holds it (killed, crashed, or a restore that failed) restores it first and says so
-  in one line on stderr; if that restore fails, the open fails with a one-line
-  :class:`RestoreFailedError` naming ``ecal restore --device nvml:N``. A journal is applied
+  in one line (logged at INFO on ``measure.nvml``; ``ecal`` shows it on stderr); if that
+  restore fails, the open fails with a one-line :class:`RestoreFailedError` naming
+  ``ecal restore --device nvml:N``. A journal is applied
   only as far as the card allows: an unreadable one resets every setting to the driver
   default, a power limit outside ``nvmlDeviceGetPowerManagementLimitConstraints`` is replaced
   by ``nvmlDeviceGetPowerManagementDefaultLimit`` (both said in the line), and one someone
@@ -57,6 +60,7 @@ The pynvml module is injectable (``nvml=``) so tests run against a strict fake.
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import re
 import sys
@@ -77,9 +81,12 @@ from .device import (
     Reading,
     ReadOnlyError,
     UnsupportedSettingError,
+    write_stderr_unlocked,
 )
 from .locks import ProcessLock, lock_dir
 from .shield import shielded
+
+log = logging.getLogger(__name__)
 
 WHAT_TO_DO = ("Changing clocks or power limits needs root: run as root (sudo) or in a container "
               "with CAP_SYS_ADMIN, keep the driver loaded with persistence mode (`sudo nvidia-smi "
@@ -243,8 +250,9 @@ class NVMLDevice(Device):
 
     ``retry_sleep`` (default: ``sleep``) waits between retries of transient NVML errors
     (``attempts`` tries in all, ``backoff_s`` doubling). ``cuda_index`` overrides the CUDA
-    device found by UUID (:func:`cuda_index_for`). ``announce`` prints the one-line notice of
-    a recovery on stderr (:attr:`recovered` holds it either way). Opening for changes (not
+    device found by UUID (:func:`cuda_index_for`). ``announce`` logs the one-line notice of a
+    recovery (INFO on ``measure.nvml``; ``ecal`` shows it on stderr; :attr:`recovered` holds it
+    either way). Opening for changes (not
     read-only) takes the GPU's lock and recovers a journal left behind (see module doc).
     """
 
@@ -311,7 +319,9 @@ class NVMLDevice(Device):
             finally:    # temp files of writers killed mid-write (we hold the lock: none is live)
                 self.removed_temp_files = tuple(jr.remove_stale_temp_files(self.uuid))
             if self.recovered is not None and announce:
-                print(f"ecal: {self.recovered.summary()}", file=sys.stderr, flush=True)
+                # a note (INFO): `ecal` shows it as "ecal: restored ..."; a script reads
+                # self.recovered, or enables INFO for measure.nvml
+                log.info("%s", self.recovered.summary())
             self._journal = jr.DeviceJournal(self.uuid, self.index, self.model)
             if self.recovered is not None and self.recovered.journal_error:
                 self._journal.dirty = True          # close() tries to clear the file again
@@ -396,9 +406,9 @@ class NVMLDevice(Device):
     def _warn_if_left_changed(self) -> None:
         path = jr.path_for(self.uuid)
         if os.path.lexists(path):
-            print(f"ecal: warning: {self.uuid} (nvml:{self.index}) has a journal of settings left "
-                  f"changed ({path}); a read-only open restores nothing: run "
-                  f"`ecal restore --device nvml:{self.index}`", file=sys.stderr, flush=True)
+            log.warning("%s (nvml:%d) has a journal of settings left changed (%s); a read-only "
+                        "open restores nothing: run `ecal restore --device nvml:%d`",
+                        self.uuid, self.index, path, self.index)
 
     def _recover(self) -> Recovery | None:
         """Restore from a journal left by an earlier holder of this GPU (we hold its lock, so
@@ -694,12 +704,16 @@ class NVMLDevice(Device):
             raise errors[0]
 
     def _report_journal(self, err: DeviceError | None) -> None:
-        """One line on stderr for a journal that could not be updated (once per device)."""
+        """One line on stderr for a journal that could not be updated (once per device).
+
+        Written with :func:`~measure.device.write_stderr_unlocked`, not logged: this runs on
+        every restore, including the one inside a signal handler (``restoring``) and the one at
+        interpreter exit, where logging's locks must not be taken."""
         if err is None or self._journal_reported:
             return
         self._journal_reported = True
-        print(f"ecal: {self.name}: {err}; `ecal restore --device "
-              f"nvml:{self.index}` clears it once it can be written", file=sys.stderr, flush=True)
+        write_stderr_unlocked(f"ecal: {self.name}: {err}; `ecal restore --device "
+                              f"nvml:{self.index}` clears it once it can be written")
 
     @property
     def changed_settings(self) -> tuple[str, ...]:
@@ -723,8 +737,9 @@ class NVMLDevice(Device):
         try:
             self.restore()
         except Exception as exc:  # noqa: BLE001 - nothing above us at interpreter exit
-            print(f"ecal: restoring {self.name} at exit failed ({exc}); run `ecal restore "
-                  f"--device nvml:{self.index}`", file=sys.stderr, flush=True)
+            # at interpreter exit: the CLI's log handler is gone, logging may be shut down
+            write_stderr_unlocked(f"ecal: restoring {self.name} at exit failed ({exc}); run "
+                                  f"`ecal restore --device nvml:{self.index}`")
 
     # -- work ----------------------------------------------------------------------------------
     def _synchronize(self) -> None:
@@ -797,8 +812,8 @@ class NVMLDevice(Device):
         """Restore what is still changed, release the GPU's lock, ``nvmlShutdown``.
 
         Never raises a failed restore (``close`` often runs in a ``finally`` whose exception
-        must stay the one raised): it prints one line on stderr, and the journal stays for the
-        next open or ``ecal restore``. A journal that cannot be written never stops it either."""
+        must stay the one raised): it logs one line (an error on ``measure.nvml``), and the
+        journal stays for the next open or ``ecal restore``. A journal that cannot be written never stops it either."""
         if self._closed:
             return
         try:
@@ -807,8 +822,9 @@ class NVMLDevice(Device):
             if self._journal is not None:
                 self._report_journal(self._journal.sync())
         except (DeviceError, OSError) as exc:
-            print(f"ecal: closing {self.name} without restoring it ({exc}); run `ecal restore "
-                  f"--device nvml:{self.index}`", file=sys.stderr, flush=True)
+            # an error, not a warning: the card is left changed (ecal shows "ecal: closing ...")
+            log.error("closing %s without restoring it (%s); run `ecal restore --device nvml:%d`",
+                      self.name, exc, self.index)
         finally:
             self._closed = True
             self._disarm_atexit()

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from frontier.errors import FormatError
-from frontier.io import CsvRow, check_unique_rows, csv_number, read_csv
+from frontier.files import CsvRow, check_unique_rows, csv_number, read_csv
 from frontier.operating_point import OperatingPoint
 from frontier.signature import Signature
 

@@ -52,7 +52,7 @@ names the holder's PID) and the data file's inode (``flock``), so neither a syml
 link lets a second writer in (see :func:`_open_locked`).
 
 **No one else's file.** A results path that is a symlink is followed only when the caller owns
-the link (or root does) and the file it names (:func:`frontier.io.check_own_path`): a link
+the link (or root does) and the file it names (:func:`frontier.files.check_own_path`): a link
 another user planted in a shared folder (``alice/r.jsonl -> /secret``) is refused with one line
 before anything is created, locked or written, so a run as root never appends to, or leaves a
 lock beside, a file of the planter's choice. A write that fails (a full disk, a read-only file
@@ -72,8 +72,8 @@ from pathlib import Path
 from typing import Any
 
 from frontier.errors import FormatError
+from frontier.files import check_own_path
 from frontier.formats import KINDS, check_format, content, validate
-from frontier.io import check_own_path
 from frontier.operating_point import OperatingPoint
 from frontier.signature import Signature
 
@@ -299,7 +299,7 @@ class ResultsLog:
         ``with``). Raises :class:`~measure.locks.LockedError` naming the holder's PID when
         another process writes it, :class:`FormatError` (file unchanged) when it is not an
         energy-calculus results file or holds two measurements (a second header, a point of
-        another element), :class:`~frontier.io.UnsafePathError` when ``path`` leads through a
+        another element), :class:`~frontier.files.UnsafePathError` when ``path`` leads through a
         symlink another user owns or into another user's file (nothing created or locked);
         drops a torn last line."""
         check_own_path(path)

@@ -2,7 +2,9 @@
 
 Plain data only (no ``solvers``): :func:`schedule_to_dict` writes it from entries and
 :func:`read_schedule` reads one rank's part (what :meth:`measure.PlanApplier.from_schedule`
-uses). ``execution.schedule.stage_schedule`` turns a solved plan into it.
+uses) after checking the whole file against its model,
+:class:`frontier.format_models.ScheduleFile` (``ecal schema schedule``).
+``execution.schedule.stage_schedule`` turns a solved plan into it.
 
 Format (``"format": "ecal.schedule/1"``)::
 
@@ -44,8 +46,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from frontier.errors import FormatError
-from frontier.formats import KINDS, check_format
-from frontier.io import read_json
+from frontier.files import read_json
+from frontier.formats import KINDS, content, validate
 from frontier.operating_point import OperatingPoint
 
 #: ``format`` of the schedule files this code writes (:data:`frontier.formats.KINDS`).
@@ -125,64 +127,43 @@ def read_schedule(path: str | os.PathLike, rank: int | str) -> RankSchedule:
     ``rank`` is an integer rank or a device name. An integer maps through the file's
     ``"ranks"`` list (device of rank 0, 1, ...) when present; else to the device
     ``stage{rank}`` when there is one, else to the ``rank``-th device in file order. The
-    optional keys (``steady_state``, ``ranks``, ``device_info``) may be absent. Errors are
-    :class:`frontier.errors.FormatError` naming the file and the field.
+    optional keys (``steady_state``, ``ranks``, ``device_info``) may be absent. The whole file
+    is checked against :class:`frontier.format_models.ScheduleFile` (unknown keys refused, knobs
+    positive numbers); errors are :class:`frontier.errors.FormatError` naming the file and the
+    field.
     """
+    from frontier.format_models import ScheduleFile
+
     p = str(path)
-    doc = read_json(path)
-    check_format(p, doc, "schedule")
-    devices = doc.get("devices")
-    if not isinstance(devices, Mapping) or not devices:
-        raise FormatError(p, "devices", "expected a non-empty object of device -> task list")
+    _, body = content(p, read_json(path), "schedule")
+    doc = validate(ScheduleFile, body, p)
+    devices = doc.devices
     names = list(devices)
     if isinstance(rank, str):
         dev = rank
+    elif doc.ranks is not None:
+        if not 0 <= int(rank) < len(doc.ranks):
+            raise FormatError(p, "ranks", f"rank {rank} out of range: the file lists "
+                                          f"{len(doc.ranks)} rank(s)")
+        dev = doc.ranks[int(rank)]
+    elif f"stage{int(rank)}" in devices:
+        dev = f"stage{int(rank)}"
+    elif 0 <= int(rank) < len(names):
+        dev = names[int(rank)]
     else:
-        ranks = doc.get("ranks")
-        if ranks is not None:
-            if not isinstance(ranks, list) or not all(isinstance(r, str) for r in ranks):
-                raise FormatError(p, "ranks", "expected a list of device names")
-            if not 0 <= int(rank) < len(ranks):
-                raise FormatError(p, "ranks", f"rank {rank} out of range: the file lists "
-                                              f"{len(ranks)} rank(s)")
-            dev = ranks[int(rank)]
-        elif f"stage{int(rank)}" in devices:
-            dev = f"stage{int(rank)}"
-        elif 0 <= int(rank) < len(names):
-            dev = names[int(rank)]
-        else:
-            raise FormatError(p, "devices", f"rank {rank} out of range: {len(names)} device(s)")
+        raise FormatError(p, "devices", f"rank {rank} out of range: {len(names)} device(s)")
     if dev not in devices:
         raise FormatError(p, "devices", f"no device {dev!r}; devices: {names}")
-    entries = devices[dev]
-    if not isinstance(entries, list) or not entries:
-        raise FormatError(p, f"devices.{dev}", "expected a non-empty list of tasks")
-    tasks: list[str] = []
     omegas: dict[str, OperatingPoint] = {}
-    for i, e in enumerate(entries):
-        where = f"devices.{dev}[{i}]"
-        if not isinstance(e, Mapping) or not isinstance(e.get("task"), str):
-            raise FormatError(p, where, "expected an object with a 'task' name")
-        knobs: dict[str, Any] = {}
-        for k in KNOBS:
-            v = e.get(k)
-            if v is None:
-                continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-                raise FormatError(p, f"{where}.{k}", f"expected a positive number, got {v!r}")
-            knobs[k] = int(v) if k == "sm_count" else float(v)
-        if e["task"] in omegas:
-            raise FormatError(p, f"{where}.task", f"task {e['task']!r} appears twice")
-        tasks.append(e["task"])
-        omegas[e["task"]] = OperatingPoint(**knobs)
-    info = doc.get("device_info") or {}
-    if not isinstance(info, Mapping):
-        raise FormatError(p, "device_info", "expected an object of device -> info")
-    mine = info.get(dev) or {}
-    ready = mine.get("ready_power_w") if isinstance(mine, Mapping) else None
-    spi = mine.get("switches_per_iteration") if isinstance(mine, Mapping) else None
-    if ready is not None and (isinstance(ready, bool) or not isinstance(ready, (int, float))
-                              or not ready > 0):
-        raise FormatError(p, f"device_info.{dev}.ready_power_w", f"expected W > 0, got {ready!r}")
-    return RankSchedule(dev, tuple(tasks), omegas, None if ready is None else float(ready),
-                        None if spi is None else int(spi), bool(doc.get("steady_state", False)))
+    for i, e in enumerate(devices[dev]):
+        if e.task in omegas:
+            raise FormatError(p, f"devices.{dev}[{i}].task", f"task {e.task!r} appears twice")
+        knobs = {k: getattr(e, k) for k in KNOBS if getattr(e, k) is not None}
+        if "sm_count" in knobs:
+            knobs["sm_count"] = int(knobs["sm_count"])
+        omegas[e.task] = OperatingPoint(**knobs)
+    mine = (doc.device_info or {}).get(dev)
+    if mine is None:
+        return RankSchedule(dev, tuple(omegas), omegas, steady_state=doc.steady_state)
+    return RankSchedule(dev, tuple(omegas), omegas, mine.ready_power_w,
+                        mine.switches_per_iteration, doc.steady_state)

@@ -38,6 +38,7 @@ from frontier.errors import UnknownNameError
 from frontier.formats import KINDS, content, validate
 
 from .device import Device, DeviceError, FeatureUnavailableError
+from .progress import ProgressCallback, ProgressEvent
 from .protocol import (
     Protocol,
     measure_point,
@@ -163,8 +164,8 @@ def load_selftest_report(path: str | os.PathLike) -> dict[str, Any]:
     """Read a selftest JSON report (``ecal selftest -o``), checked against its model
     (:class:`frontier.format_models.SelftestReport`); errors are one-line
     :class:`~frontier.errors.FormatError` naming the file and the field."""
+    from frontier.files import read_json
     from frontier.format_models import SelftestReport
-    from frontier.io import read_json
 
     file = os.fspath(path)
     doc = read_json(file)
@@ -473,16 +474,31 @@ def default_works(device: Device) -> Callable[[], SelftestWorks | None]:
     return lambda: torch_works(int(getattr(device, "cuda_index", 0)))
 
 
+#: The stages :func:`run_selftest` reports, in order (one progress event before each).
+STAGES = ("counter_period", "counter_read_cost", "deep_idle_power", "ready_power",
+          "sequential_composite", "sm_split_scaling")
+
+
 def run_selftest(device: Device, works: SelftestWorks | Callable[[], SelftestWorks | None] | None = None,
                  protocol: Protocol = SELFTEST_PROTOCOL,
-                 progress: Callable[[str], None] | None = None) -> SelftestReport:
+                 progress: ProgressCallback | None = None) -> SelftestReport:
     """Run every read-only check on ``device`` (nothing is set on it), in this order: counter
     period and read cost, deep idle (before any work, so before this process's CUDA context
     on a real GPU), then the works are made (``works``: given, a factory, or None for the
     device's default: simulator presets, or torch GEMM + copy), ready power, the sequential
-    composite, SM-split scaling and SM partitions."""
-    say = progress or (lambda s: None)
+    composite, SM-split scaling and SM partitions.
+
+    ``progress`` (default: none) gets a :class:`~measure.progress.ProgressEvent` as each stage
+    of :data:`STAGES` starts (``operation="selftest"``, ``done`` = stages finished, the line
+    ``selftest: STAGE ...``)."""
     t_dev, t_real = device.time_s(), time.monotonic()
+
+    def say(stage: str) -> None:
+        if progress is not None:
+            progress(ProgressEvent(STAGES.index(stage), len(STAGES), stage,
+                                   time.monotonic() - t_real, operation="selftest",
+                                   message=f"selftest: {stage} ..."))
+
     checks: list[Check] = []
     device.seed_point("selftest")
     for fn in (check_counter_period, check_counter_read_cost):

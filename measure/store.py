@@ -41,7 +41,7 @@ by :meth:`ResultsStore.rows` with a warning naming the store and the row (logged
 are read: one bad row never hides the good points of its element.
 
 **Symlinks.** A store path that leads through a symlink another user owns, or into another
-user's file, is refused (:func:`frontier.io.check_own_path`): opening a store writes to it.
+user's file, is refused (:func:`frontier.files.check_own_path`): opening a store writes to it.
 
 >>> import tempfile, os
 >>> from frontier.signature import Signature
@@ -68,8 +68,8 @@ from pathlib import Path
 from typing import Any
 
 from frontier.errors import EnergyCalculusError, FormatError, InputError
+from frontier.files import check_own_path
 from frontier.formats import KINDS, content
-from frontier.io import check_own_path
 from frontier.operating_point import OperatingPoint
 from frontier.signature import Signature
 
@@ -923,7 +923,8 @@ def _renamed(s: Signature, element: Any) -> Signature:
 
 
 def _signature_file_points(p: str) -> PointsRead:
-    from frontier.io import load_signatures, read_json
+    from frontier.files import read_json
+    from frontier.io import load_signatures
     from frontier.pareto import signature_from_dict
 
     doc = read_json(p)

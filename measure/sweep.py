@@ -19,9 +19,8 @@ import json
 import logging
 import math
 import socket
-import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -31,6 +30,7 @@ from frontier.signature import Signature
 
 from .device import Device, restoring
 from .grid import Grid, parse_grid
+from .progress import ProgressCallback, ProgressEvent, eta_s
 from .protocol import Protocol, measure_point, measure_ready_power_w
 from .results_log import DEVICE_IDENTITY, ResultsLog, dev_key, point_key
 from .sm_alloc import granted_sm_count
@@ -38,28 +38,8 @@ from .sm_alloc import granted_sm_count
 _logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Progress:
-    """Where a sweep stands: ``done`` of ``total`` points, ``eta_s`` real seconds left."""
-
-    done: int
-    total: int
-    label: str
-    elapsed_s: float
-    eta_s: float
-    measured: bool
-    signature: Signature | None = None
-
-
-def print_progress(p: Progress) -> None:
-    """Default progress callback: one line per point on stderr."""
-    what = "measured" if p.measured else ("resumed" if p.signature is not None else "skipped")
-    extra = ""
-    if p.signature is not None:
-        extra = f"  T={p.signature.time_s * 1e3:.4g} ms  E={p.signature.energy_j:.4g} J"
-    eta = f"{p.eta_s:.0f} s" if math.isfinite(p.eta_s) else "?"
-    print(f"[{p.done:>{len(str(p.total))}}/{p.total}] {p.label:<40} {what}{extra}  eta {eta}",
-          file=sys.stderr, flush=True)
+#: A sweep's progress event (the library's one progress type, :mod:`measure.progress`).
+Progress = ProgressEvent
 
 
 @dataclass(frozen=True)
@@ -162,7 +142,7 @@ def _group(op: OperatingPoint) -> OperatingPoint:
 
 def sweep(device: Device, works: Mapping[str | None, Any], element: str,
           grid: str | Grid | Mapping | None = None, protocol: Protocol = Protocol(),
-          results_path: str | None = None, progress: Callable[[Progress], None] | None = print_progress,
+          results_path: str | None = None, progress: ProgressCallback | None = None,
           early_stop_k: int | None = None, theta: str | None = None,
           ready_power_w: float | None = None,
           ready_cache: ReadyPowerCache | None = None) -> SweepResult:
@@ -184,6 +164,9 @@ def sweep(device: Device, works: Mapping[str | None, Any], element: str,
     (and each ready-power calibration) it calls ``device.seed_point(key)``, so on the
     simulator a point depends only on its key and the seed: interrupted-and-resumed equals
     uninterrupted, bit for bit.
+
+    ``progress`` (default: none) gets one :class:`~measure.progress.ProgressEvent` per point
+    (``operation="sweep"``): measured, resumed from the file, or skipped by early stop.
     """
     g = parse_grid(grid)
     opset = device.operating_set()
@@ -223,7 +206,7 @@ def _as_granted(device: Device, g: Grid) -> tuple[Grid, dict[int, int]]:
 
 
 def _sweep(device: Device, works: Mapping[str | None, Any], element: str, g: Grid,
-           protocol: Protocol, log: ResultsLog, progress: Callable[[Progress], None] | None,
+           protocol: Protocol, log: ResultsLog, progress: ProgressCallback | None,
            early_stop_k: int | None, theta: str | None, ready_power_w: float | None,
            results_path: str | None, cache: ReadyPowerCache | None) -> SweepResult:
     points = g.points()
@@ -294,9 +277,10 @@ def _sweep(device: Device, works: Mapping[str | None, Any], element: str, g: Gri
                         "dropped_partial_line": log.dropped_partial_line, **device.describe()})
 
 
-def _report(progress, done, total, label, t_start, n_measured, measured, sig) -> None:
+def _report(progress: ProgressCallback | None, done: int, total: int, label: str,
+            t_start: float, n_measured: int, measured: bool, sig: Signature | None) -> None:
     if progress is None:
         return
     elapsed = time.monotonic() - t_start
-    eta = elapsed / n_measured * (total - done) if n_measured else math.inf
-    progress(Progress(done, total, label, elapsed, eta, measured, sig))
+    progress(ProgressEvent(done, total, label, elapsed, eta_s(elapsed, n_measured, total - done),
+                           measured, sig, operation="sweep"))

@@ -47,8 +47,8 @@ from pathlib import Path
 from typing import Any
 
 from frontier.errors import FormatError
+from frontier.files import check_unique_rows, csv_number, read_csv
 from frontier.formats import check_format
-from frontier.io import check_unique_rows, csv_number, read_csv
 from frontier.operating_point import OperatingPoint
 from frontier.signature import Signature
 

@@ -38,6 +38,8 @@ A Perseus CSV (``stage,instruction,frequency,time,energy``) becomes a 1F1B probl
 (:func:`solvers.perseus.read_perseus_profile`, then :func:`solvers.pipeline.one_f_one_b`; options
 ``p2p_power_w``, ``n_microbatches``, ``transitions``).
 
+The JSON format's shape is declared once, by :class:`solvers.format_models.ProblemFile`
+(``ecal schema problem``); what its values mean is checked by :class:`solvers.model.Problem`.
 Bad input is a :class:`~frontier.errors.FormatError` naming the file and the field (JSON path,
 or CSV line and column): NaN/Infinity, numbers that overflow a float, negative times or
 energies, binary or non-UTF-8 files (a UTF-8 BOM is accepted), and in a Perseus CSV a second
@@ -52,44 +54,26 @@ from collections.abc import Mapping
 from typing import Any
 
 from frontier.errors import EnergyCalculusError, FormatError
-from frontier.formats import KINDS, check_format
-from frontier.io import (
-    number_field,
-    read_json,
-    write_json_atomic,
-)
+from frontier.files import read_json, write_json_atomic
+from frontier.formats import KINDS, content, validate
 from frontier.transition import TransitionTable
 
 from .limits import check_tasks
-from .model import ConstantTransition, Problem
+from .model import ConstantTransition, Problem, ProblemError, option_from_model
 from .options import DEFAULT_MAX_TASKS
 from .perseus import load_perseus_profile
-
-#: Numeric fields of a problem option, and whether they may be negative.
-_OPTION_NUMBERS = {"time_s": False, "energy_j": False, "s_w": False, "d_j": True,
-                   "sd_time_s": False, "sd_energy_j": False, "var_time_s2": False,
-                   "var_d_j2": False, "sm_clock_mhz": False, "extra_var_time_s2": True,
-                   "extra_var_energy_j2": True}
-#: Fields of a per-leaf term and whether they may be negative (sensitivities may).
-_TERM_NUMBERS = {"var_time_s2": False, "var_d_j2": False, "dT_dT": True, "dE_dT": True,
-                 "dE_dd": True}
 
 
 def _rule(d: Any, file: str, path: str) -> Any:
     if d is None:
         return None
     if not isinstance(d, Mapping):
-        raise FormatError(file, path, "must be an object")
+        raise FormatError(file, path, "must be an object: {\"constant\": {...}} or a transition table")
     if set(d) == {"constant"}:
-        c = d["constant"]
-        if not isinstance(c, Mapping) or "time_s" not in c:
-            raise FormatError(file, f"{path}.constant", "needs time_s (and optional energy_j)")
-        t = number_field(file, f"{path}.constant.time_s", c["time_s"])
-        e = number_field(file, f"{path}.constant.energy_j", c.get("energy_j", 0.0))
-        try:
-            return ConstantTransition(t, e)
-        except EnergyCalculusError as exc:
-            raise FormatError(file, f"{path}.constant", str(exc)) from None
+        from .format_models import ConstantRule
+
+        c = validate(ConstantRule, d, file, path).constant
+        return ConstantTransition(c.time_s, c.energy_j)
     return TransitionTable.from_dict(d, file)
 
 
@@ -98,80 +82,32 @@ def problem_from_dict(d: Any, file: str = "<dict>", *,
     """Build a Problem from the JSON problem format; errors name the file and the field. More
     than ``max_tasks`` tasks (None: no limit) raise
     :class:`~solvers.model.ProblemTooLargeError` before any task is built."""
-    if not isinstance(d, Mapping):
-        raise FormatError(file, "$", "a problem must be a JSON object")
-    check_format(file, d, "problem")
-    devs = d.get("devices", {})
-    if not isinstance(devs, Mapping):
-        raise FormatError(file, "devices", "must be an object keyed by device name")
-    idle, trans = {}, {}
-    for name, dv in devs.items():
-        if not isinstance(dv, Mapping):
-            raise FormatError(file, f"devices.{name}", "must be an object")
-        idle[name] = number_field(file, f"devices.{name}.idle_power_w", dv.get("idle_power_w", 0.0))
-        r = _rule(dv.get("transitions"), file, f"devices.{name}.transitions")
-        if r is not None:
-            trans[name] = r
-    tasks_in = d.get("tasks")
-    if not isinstance(tasks_in, list) or not tasks_in:
-        raise FormatError(file, "tasks", "must be a non-empty list")
-    check_tasks(len(tasks_in), max_tasks, file)
+    from .format_models import ProblemFile
+
+    _, body = content(file, d, "problem")
+    if isinstance(body.get("tasks"), list):      # before a task is validated
+        check_tasks(len(body["tasks"]), max_tasks, file)
+    m = validate(ProblemFile, body, file)
+    idle = {name: dv.idle_power_w for name, dv in m.devices.items()}
+    trans = {name: r for name, dv in m.devices.items()
+             if (r := _rule(dv.transitions, file, f"devices.{name}.transitions")) is not None}
     tasks = []
-    for i, t in enumerate(tasks_in):
-        if not isinstance(t, Mapping):
-            raise FormatError(file, f"tasks[{i}]", "must be an object")
-        for k in ("name", "device", "options"):
-            if k not in t:
-                raise FormatError(file, f"tasks[{i}].{k}", "missing")
-        if not isinstance(t["options"], list):
-            raise FormatError(file, f"tasks[{i}].options", "must be a list")
-        for j, o in enumerate(t["options"]):
-            _check_option_numbers(file, f"tasks[{i}].options[{j}]", o)
-        tasks.append((str(t["name"]), str(t["device"]), list(t["options"])))
-    edges = d.get("edges", [])
-    if not isinstance(edges, list):
-        raise FormatError(file, "edges", "must be a list of [before, after] pairs")
-    steady = d.get("steady_state", False)
-    if not isinstance(steady, bool):
-        raise FormatError(file, "steady_state", f"must be true or false, got {steady!r}")
+    for i, t in enumerate(m.tasks):
+        opts = []
+        for j, o in enumerate(t.options):
+            try:
+                opts.append(option_from_model(o))
+            except ProblemError as exc:     # what a value means, named at its option
+                raise FormatError(file, f"tasks[{i}].options[{j}]", str(exc)) from None
+        tasks.append((t.name, t.device, opts))
     try:
-        return Problem.build(tasks, [tuple(e) for e in edges], idle, trans or None,
-                             str(d.get("name", os.path.basename(file))), steady_state=steady)
+        return Problem.build(tasks, [(a, b) for a, b in m.edges], idle, trans or None,
+                             m.name if m.name is not None else os.path.basename(file),
+                             steady_state=m.steady_state)
     except EnergyCalculusError as exc:
         if isinstance(exc, FormatError):
             raise
         raise FormatError(file, "$", str(exc)) from None
-
-
-def _check_option_numbers(file: str, path: str, o: Any) -> None:
-    # The model checks meaning (d >= 0, known fields); this names the file and field of a
-    # number that is not one (NaN, inf, overflow, a string) or is negative.
-    if isinstance(o, Mapping):
-        for k, signed in _OPTION_NUMBERS.items():
-            if o.get(k) is not None:
-                number_field(file, f"{path}.{k}", o[k], nonneg=not signed)
-        _check_terms(file, f"{path}.terms", o.get("terms"))
-    elif isinstance(o, (list, tuple)) and len(o) == 2:
-        number_field(file, f"{path}[0] (time_s)", o[0])
-        number_field(file, f"{path}[1] (energy_j)", o[1])
-
-
-def _check_terms(file: str, path: str, terms: Any) -> None:
-    if terms is None:
-        return
-    if not isinstance(terms, Mapping) or not terms:
-        raise FormatError(file, path, "must be a non-empty object keyed by measured leaf")
-    for k, t in terms.items():
-        if not isinstance(t, Mapping):
-            raise FormatError(file, f"{path}.{k}", "must be an object")
-        missing = sorted(set(_TERM_NUMBERS) - set(t))
-        unknown = sorted(set(t) - set(_TERM_NUMBERS))
-        if missing or unknown:
-            raise FormatError(file, f"{path}.{k}", f"needs exactly {sorted(_TERM_NUMBERS)}"
-                              + (f"; missing {missing}" if missing else "")
-                              + (f"; unknown {unknown}" if unknown else ""))
-        for f, signed in _TERM_NUMBERS.items():
-            number_field(file, f"{path}.{k}.{f}", t[f], nonneg=not signed)
 
 
 def problem_to_dict(p: Problem) -> dict[str, Any]:
@@ -193,7 +129,7 @@ def problem_to_dict(p: Problem) -> dict[str, Any]:
                 od.update(o.terms.to_dict())
             opts.append(od)
         tasks.append({"name": t.name, "device": t.device, "options": opts})
-    out = {"format": KINDS["problem"].tag, "name": p.name, "devices": devs, "tasks": tasks,
+    out: dict[str, Any] = {"format": KINDS["problem"].tag, "name": p.name, "devices": devs, "tasks": tasks,
            "edges": [list(e) for e in p.edges]}
     if p.steady_state:           # only when set: files without it read as before
         out["steady_state"] = True

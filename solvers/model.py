@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from frontier.dag import find_cycle
-from frontier.errors import EnergyCalculusError
+from frontier.errors import EnergyCalculusError, FormatError
 from frontier.operating_point import OperatingPoint
 from frontier.signature import Signature, Term
 
@@ -41,7 +41,8 @@ from .feasibility import meets_deadline
 from .limits import check_tasks
 
 __all__ = ["Problem", "Task", "Option", "LeafTerms", "ConstantTransition", "ProblemError",
-           "InfeasibleError", "ProblemTooLargeError", "SolverUnavailableError", "constant_switch"]
+           "InfeasibleError", "ProblemTooLargeError", "SolverUnavailableError", "constant_switch",
+           "option_from_model"]
 
 
 @dataclass(frozen=True)
@@ -212,31 +213,10 @@ def _option_from(task: str, i: int, o: Any) -> Option:
     elif isinstance(o, Signature):
         opt = Option.from_signature(o)
     elif isinstance(o, Mapping):
-        known = {"time_s", "energy_j", "s_w", "d_j", "sd_time_s", "sd_energy_j", "var_time_s2",
-                 "var_d_j2", "omega", "sm_clock_mhz", "label", "key", "terms",
-                 "extra_var_time_s2", "extra_var_energy_j2"}
-        bad = set(o) - known
-        if bad:
-            raise ProblemError(f"{where}: unknown field(s) {sorted(bad)}; known: {sorted(known)}")
-        t = _num(where, "time_s", o.get("time_s"))
-        s = _num(where, "s_w", o.get("s_w", 0.0))
-        if "d_j" in o:
-            d = _num(where, "d_j", o["d_j"], minimum=None)
-        elif "energy_j" in o:
-            d = _num(where, "energy_j", o["energy_j"]) - s * t
-        else:
-            raise ProblemError(f"{where}: needs energy_j or d_j")
-        omega = o.get("omega")
-        if omega is None and o.get("sm_clock_mhz") is not None:
-            omega = {"sm_clock_mhz": o["sm_clock_mhz"]}
         try:
-            omega = omega if isinstance(omega, OperatingPoint) else OperatingPoint.from_dict(omega)
-        except ValueError as exc:
-            raise ProblemError(f"{where}: omega: {exc}") from None
-        vt = o.get("var_time_s2", _num(where, "sd_time_s", o.get("sd_time_s", 0.0)) ** 2)
-        vd = o.get("var_d_j2", _num(where, "sd_energy_j", o.get("sd_energy_j", 0.0)) ** 2)
-        opt = Option(t, s, d, _num(where, "var_time_s2", vt), _num(where, "var_d_j2", vd), omega,
-                     str(o.get("key", "")), str(o.get("label", "")), _terms_from(where, o))
+            opt = option_from_model(_option_model(o))
+        except ProblemError as exc:
+            raise ProblemError(f"{where}: {exc}") from None
     else:
         try:
             t, e = o
@@ -258,30 +238,50 @@ def _option_from(task: str, i: int, o: Any) -> Option:
     return opt
 
 
-def _terms_from(where: str, o: Mapping) -> LeafTerms:
-    """Per-leaf terms of a mapping option (the form :meth:`LeafTerms.to_dict` writes)."""
-    raw = o.get("terms")
-    if raw is None:
-        if o.get("extra_var_time_s2") or o.get("extra_var_energy_j2"):
-            raise ProblemError(f"{where}: extra_var_* needs terms")
-        return LeafTerms()
-    if isinstance(raw, LeafTerms):
-        return raw
-    if not isinstance(raw, Mapping) or not raw:
-        raise ProblemError(f"{where}: terms must be a non-empty object keyed by measured leaf")
-    names = [f.name for f in fields(Term)]
-    terms = {}
-    for k, tv in raw.items():
-        if isinstance(tv, Term):
-            terms[str(k)] = tv
-            continue
-        if not isinstance(tv, Mapping) or set(tv) != set(names):
-            raise ProblemError(f"{where}: terms.{k} must be an object with exactly {names}")
-        vals = [_num(f"{where} terms.{k}", n, tv[n], minimum=0.0 if n.startswith("var") else None)
-                for n in names]
-        terms[str(k)] = Term(*vals)
-    return LeafTerms(terms, _num(where, "extra_var_time_s2", o.get("extra_var_time_s2", 0.0), minimum=None),
-                     _num(where, "extra_var_energy_j2", o.get("extra_var_energy_j2", 0.0), minimum=None))
+def _option_model(o: Mapping) -> Any:
+    """A mapping option validated by :class:`solvers.format_models.ProblemOption` (the one
+    declaration of an option's fields); objects a Python caller may put in it (an
+    OperatingPoint, LeafTerms, Terms) are given in their JSON form."""
+    from frontier.formats import validate
+
+    from .format_models import ProblemOption
+
+    d = dict(o)
+    if isinstance(d.get("omega"), OperatingPoint):
+        d["omega"] = d["omega"].to_dict()
+    if isinstance(d.get("terms"), LeafTerms):
+        d.update({k: v for k, v in d["terms"].to_dict().items() if k not in d or k == "terms"})
+    if isinstance(d.get("terms"), Mapping):
+        names = [f.name for f in fields(Term)]
+        d["terms"] = {k: {n: getattr(t, n) for n in names} if isinstance(t, Term) else t
+                      for k, t in d["terms"].items()}
+    try:
+        return validate(ProblemOption, d, "option")
+    except FormatError as exc:       # a file's reader names the file; here, _option_from the option
+        raise ProblemError(f"{exc.path}: {exc.problem}") from None
+
+
+def option_from_model(m: Any) -> Option:
+    """The :class:`Option` a validated :class:`solvers.format_models.ProblemOption` stands for:
+    ``d_j`` given or ``energy_j − s_w·time_s``, ω from ``omega`` or ``sm_clock_mhz``, variances
+    given or the squared standard errors, and its per-leaf terms. Raises
+    :class:`ProblemError` for an ω that is not an operating point; a negative ``d_j`` is
+    refused where every option is checked (:class:`Problem`)."""
+    s = m.s_w if m.s_w is not None else 0.0
+    d = m.d_j if m.d_j is not None else m.energy_j - s * m.time_s
+    omega = m.omega
+    if omega is None and m.sm_clock_mhz is not None:
+        omega = {"sm_clock_mhz": m.sm_clock_mhz}
+    try:
+        op = OperatingPoint.from_dict(omega)
+    except ValueError as exc:
+        raise ProblemError(f"omega: {exc}") from None
+    vt = m.var_time_s2 if m.var_time_s2 is not None else (m.sd_time_s or 0.0) ** 2
+    vd = m.var_d_j2 if m.var_d_j2 is not None else (m.sd_energy_j or 0.0) ** 2
+    terms = LeafTerms() if m.terms is None else LeafTerms(
+        {k: Term(t.var_time_s2, t.var_d_j2, t.dT_dT, t.dE_dT, t.dE_dd) for k, t in m.terms.items()},
+        m.extra_var_time_s2 or 0.0, m.extra_var_energy_j2 or 0.0)
+    return Option(m.time_s, s, d, vt, vd, op, m.key or "", m.label or "", terms)
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from frontier.codec import number_field
 from frontier.errors import FormatError
-from frontier.io import check_unique_rows, csv_number, number_field, read_csv
+from frontier.files import check_unique_rows, csv_number, read_csv
 from frontier.operating_point import OperatingPoint
 
 from .limits import check_tasks

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from frontier.errors import FormatError, InputError
-from frontier.formats import KINDS, check_format
-from frontier.io import read_json, write_json_atomic
+from frontier.files import read_json, write_json_atomic
+from frontier.formats import KINDS, content, validate
 from frontier.signature import Term, variances_from_terms
 
 from .feasibility import (
@@ -145,28 +145,21 @@ class Plan:
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], file: str = "<dict>") -> Plan:
-        """Inverse of :meth:`to_dict`; errors name the file and field. Older plans
-        (``"schema_version": "ecal.plan/1"``) read too."""
-        if not isinstance(d, Mapping):
-            raise FormatError(file, "$", "a plan must be a JSON object")
-        check_format(file, d, "plan")
-        kw: dict[str, Any] = {}
-        for k in cls.__dataclass_fields__:
-            if k in ("tasks", "meta"):
-                continue
-            if k not in d:
-                if k == "time_capped":         # plans written before the flag existed
-                    continue
-                raise FormatError(file, k, "missing")
-            kw[k] = d[k]
-        tasks = []
-        for i, t in enumerate(d.get("tasks", [])):
-            try:
-                tasks.append(TaskPlan(**t))
-            except TypeError as exc:
-                raise FormatError(file, f"tasks[{i}]", str(exc)) from None
-        return cls(**kw, tasks=tuple(tasks), meta=dict(d.get("meta", {})))
+    def from_dict(cls, d: Any, file: str = "<dict>") -> Plan:
+        """Inverse of :meth:`to_dict` (shape: :class:`solvers.format_models.PlanFile`); errors
+        name the file and field. Older plans (``"schema_version": "ecal.plan/1"``, no
+        ``time_capped``) read too; a bound or gap a file holds as null (it was inf) reads as
+        inf."""
+        from .format_models import PlanFile
+
+        _, body = content(file, d, "plan")
+        m = validate(PlanFile, body, file)
+        kw: dict[str, Any] = {k: getattr(m, k) for k in cls.__dataclass_fields__
+                              if k not in ("tasks", "meta")}
+        kw["lower_bound_j"] = -math.inf if m.lower_bound_j is None else m.lower_bound_j
+        kw["gap"] = math.inf if m.gap is None else m.gap
+        tasks = tuple(TaskPlan(**t.model_dump()) for t in m.tasks)
+        return cls(**kw, tasks=tasks, meta=dict(m.meta))
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the plan as JSON atomically."""
@@ -534,32 +527,29 @@ class ParetoCurve:
                 "plans": [p.to_dict() for p in self.plans], "dense": dense}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], file: str = "<dict>") -> ParetoCurve:
-        """Inverse of :meth:`to_dict` (dense points without ``choice``, from older files, read
-        as points without choices)."""
-        check_format(file, d, "pareto")
-        plans = tuple(Plan.from_dict(p, f"{file}:plans[{i}]") for i, p in enumerate(d.get("plans", [])))
-        raw = d.get("dense", [])
-        try:
-            dense = tuple((float(x["makespan_s"]), float(x["energy_j"]), float(x["bound_j"]))
-                          for x in raw)
-        except (TypeError, KeyError, ValueError) as exc:
-            raise FormatError(file, "dense", f"bad point: {exc}") from None
+    def from_dict(cls, d: Any, file: str = "<dict>") -> ParetoCurve:
+        """Inverse of :meth:`to_dict` (shape: :class:`solvers.format_models.ParetoFile`; each
+        plan read by :meth:`Plan.from_dict`). Dense points without ``choice``, from older
+        files, read as points without choices."""
+        from .format_models import ParetoFile
+
+        _, body = content(file, d, "pareto")
+        m = validate(ParetoFile, body, file)
+        plans = tuple(Plan.from_dict(p, f"{file}:plans[{i}]") for i, p in enumerate(m.plans))
+        dense = tuple((x.makespan_s, x.energy_j, x.bound_j) for x in m.dense)
+        rows = [x.choice for x in m.dense if x.choice is not None]
         choices = None
-        have = [isinstance(x, Mapping) and "choice" in x for x in raw]
-        if raw and all(have):
-            rows = [x["choice"] for x in raw]
+        if rows and len(rows) < len(m.dense):
+            raise FormatError(file, "dense[].choice", "present at some points and not at others")
+        if rows:
+            # each point's choice is an option index per task of the curve's plans
             n = len(plans[0].tasks) if plans else len(rows[0])
-            if not all(isinstance(r, list) and len(r) == n and all(type(c) is int and c >= 0 for c in r)
-                       for r in rows):
-                raise FormatError(file, "dense[].choice",
-                                  f"each must be a list of {n} option indices (integers >= 0)")
+            if any(len(r) != n for r in rows):
+                raise FormatError(file, "dense[].choice", f"each must be a list of {n} option "
+                                  "indices (integers >= 0), one per task")
             top = max((max(r) for r in rows if r), default=0)
             choices = np.array(rows, dtype=np.min_scalar_type(top)).reshape(len(rows), n)
-        elif any(have):
-            raise FormatError(file, "dense[].choice", "present at some points and not at others")
-        return cls(d["problem"], d["method"], plans, float(d["wall_s"]), bool(d.get("exact", False)),
-                   dense, choices)
+        return cls(m.problem, m.method, plans, m.wall_s, m.exact, dense, choices)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the curve as JSON atomically."""

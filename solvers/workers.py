@@ -34,7 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from frontier.io import atomic_write
+from frontier.files import atomic_write
 
 #: The worker's program: not ``-m solvers.workers``, which would run this module a second
 #: time as ``__main__`` after the package's own import of it.

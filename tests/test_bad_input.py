@@ -21,12 +21,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import frontier.io as fio
+import frontier.workbook as fwb
 from ecal.cli import main
 from frontier import Signature, par, repeat, seq
 from frontier.compose import MAX_REPEAT
 from frontier.errors import CompositionError, FormatError
-from frontier.io import load_signatures, load_workbook, parse_workbook, read_json
+from frontier.files import read_json
+from frontier.io import load_signatures
+from frontier.workbook import load_workbook, parse_workbook
 from measure import replay
 from solvers.io import load_problem, problem_from_dict
 from solvers.perseus import load_perseus_profile
@@ -213,12 +215,12 @@ def test_nested_moves_are_evaluated_once_per_target():
 
 
 def test_expansion_and_depth_limits(monkeypatch):
-    monkeypatch.setattr(fio, "MAX_EVALUATIONS", 50)
+    monkeypatch.setattr(fwb, "MAX_EVALUATIONS", 50)
     with pytest.raises(FormatError, match=r"wb.json: compositions\[0\]\.expr\.seq\[\d+\]: .*more than 50"):
         parse_workbook(workbook([{"name": "w", "expr": {"seq": ["a"] * 60}}]), "wb.json")
     monkeypatch.undo()
     deep: object = "a"
-    for _ in range(fio.MAX_EXPR_DEPTH + 5):
+    for _ in range(fwb.MAX_EXPR_DEPTH + 5):
         deep = {"seq": [deep]}
     with pytest.raises(FormatError, match="nest deeper than"):
         parse_workbook(workbook([{"name": "d", "expr": deep}]), "wb.json")

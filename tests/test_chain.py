@@ -6,7 +6,8 @@ pareto --plan-at → run → export zeus-pfo → campaign → store list/export 
 
 The only files written by hand are the ones a user authors: the workload (which elements, the
 step's shape) and the campaign (what to measure). Everything else is a command's output, and
-every JSON output names its format (``"format": "ecal.KIND/N"``).
+every JSON output names its format (``"format": "ecal.KIND/N"``) and validates against the
+model that declares that format.
 """
 
 from __future__ import annotations
@@ -37,6 +38,23 @@ def fmt(path: Path) -> str:
     doc = json.loads(path.read_text())
     assert isinstance(doc, dict) and isinstance(doc.get("format"), str), f"{path}: no format key"
     return doc["format"]
+
+
+def check_declared(folder: Path, foreign: frozenset[str] = frozenset()) -> int:
+    """Every JSON file under ``folder`` (but the ``foreign`` ones: another tool's format) names
+    a format ``ecal schema`` lists and validates against that kind's declared model (the one
+    declaration of its shape); returns how many."""
+    from frontier.formats import KINDS, content, model_class, validate
+
+    by_tag = {k.tag: k.name for k in KINDS.values()}
+    found = sorted(f for f in folder.rglob("*.json")
+                   if ".state" not in f.parts and f.name not in foreign)
+    for f in found:
+        tag = fmt(f)
+        assert tag in by_tag, f"{f}: {tag}"
+        _, body = content(str(f), json.loads(f.read_text()), by_tag[tag])
+        validate(model_class(by_tag[tag]), body, str(f))
+    return len(found)
 
 
 def test_the_whole_route_feeds_itself(tmp_path: Path) -> None:
@@ -111,17 +129,11 @@ def test_the_whole_route_feeds_itself(tmp_path: Path) -> None:
     assert fmt(w / "store_front.json") == "ecal.signatures/1"
     ecal(w, "store", "import", "chain2.sqlite", "store_front.json")
 
+    # 8. every file of ours the route wrote (and the two a user authored) is its model's shape
+    assert check_declared(w, foreign=frozenset({"pfo.json", "pfo_sched.json"})) == 13
+
 
 def test_every_json_the_route_writes_names_its_format(tmp_path: Path) -> None:
-    """Each JSON file ``ecal`` writes into a folder names its format as ``ecal.KIND/N``, a kind
-    ``ecal schema`` lists."""
-    from frontier.formats import KINDS
-
-    w = tmp_path
-    ecal(w, "demo", "-o", "demo", ok=(0, 1))
-    tags = {k.tag for k in KINDS.values()}
-    found = sorted(w.rglob("*.json"))
-    assert found
-    for f in found:
-        tag = fmt(f)
-        assert tag in tags, f"{f}: {tag}"
+    """Each JSON file ``ecal demo`` writes names its format and validates against its model."""
+    ecal(tmp_path, "demo", "-o", "demo", ok=(0, 1))
+    assert check_declared(tmp_path) > 0

@@ -121,7 +121,7 @@ def test_independent_repeats_would_shrink_sigma_sqrt_k(data, results):
 def test_bundled_workbook_matches_direct_computation(results):
     from pathlib import Path
 
-    from frontier.io import load_workbook
+    from frontier.workbook import load_workbook
 
     wb = load_workbook(Path(__file__).resolve().parents[1] / "ecal" / "examples" / "h200_compositions.json")
     for e in wb.entries:

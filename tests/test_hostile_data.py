@@ -33,7 +33,8 @@ from test_store_cli import FAST, _contents, _integrity
 import measure.results_log as rl
 from ecal.cli import _error_line
 from frontier.errors import FormatError
-from frontier.io import UnsafePathError, atomic_write, check_own_path, save_signatures
+from frontier.files import UnsafePathError, atomic_write, check_own_path
+from frontier.io import save_signatures
 from frontier.operating_point import OperatingPoint
 from frontier.signature import Signature
 from measure.results_log import ResultsLog
@@ -329,7 +330,7 @@ def test_atomic_write_names_the_file_on_a_disk_error(tmp_path, code, text, monke
     assert e.value.filename == str(path) and _error_line(e.value) == f"{path}: {text}"
     assert path.read_text() == "old\n" and os.listdir(tmp_path) == ["out.json"]
     # creating the temp file fails (a read-only or full folder): named too, never the temp
-    import frontier.io as fio
+    import frontier.files as fio
 
     def no_temp(prefix, suffix, dir):
         raise OSError(code, text, os.path.join(dir, f"{prefix}x1y2{suffix}"))

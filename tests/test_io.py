@@ -9,16 +9,9 @@ from pathlib import Path
 import pytest
 
 from frontier import FormatError, Signature, par, seq
-from frontier.io import (
-    Workbook,
-    load_signatures,
-    load_workbook,
-    parse_workbook,
-    read_json,
-    save_signatures,
-    signature_from_dict,
-    write_json_atomic,
-)
+from frontier.files import read_json, write_json_atomic
+from frontier.io import load_signatures, save_signatures, signature_from_dict
+from frontier.workbook import Workbook, load_workbook, parse_workbook
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "ecal" / "examples"
 HEAD = {"schema_version": 1, "units": {"time": "s", "energy": "J", "power": "W"}}
@@ -220,7 +213,7 @@ def test_bundled_examples_load():
 
 
 def test_atomic_write_gives_usual_permissions(tmp_path):
-    from frontier.io import file_mode
+    from frontier.files import file_mode
 
     p = write_json_atomic(tmp_path / "m.json", {})
     assert p.stat().st_mode & 0o777 == file_mode()
@@ -240,7 +233,7 @@ def test_save_signatures_extra_blocks_are_kept_and_never_replace_the_files_own(t
 
 
 def test_a_duplicate_json_key_is_refused(tmp_path):
-    from frontier.io import read_json
+    from frontier.files import read_json
 
     f = tmp_path / "dup.json"
     f.write_text('{"schema_version": 1, "signatures": {}, "signatures": {"a": 1}}')

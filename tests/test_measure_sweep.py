@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 
 import pytest
 
@@ -207,7 +208,9 @@ def test_early_stop_after_k_rising_energies():
 def test_characterize_kappa_grid_frontier_and_progress(capsys):
     works = {"flash": preset("attention_flash"), "efficient": preset("attention_efficient"),
              "cudnn": preset("attention_cudnn")}
-    res = characterize(works, grid="sm_clock_mhz=1980,1500,1095", name="attention", protocol=FAST)
+    # the library shows no progress by itself: the caller passes a reporter (here: its lines)
+    res = characterize(works, grid="sm_clock_mhz=1980,1500,1095", name="attention", protocol=FAST,
+                       progress=lambda e: print(e.line(), file=sys.stderr))
     assert len(res.signatures) == 9 and res.simulated and res.element == "attention"
     assert {s.kappa for s in res.signatures} == set(works)
     front = res.frontier_signatures()

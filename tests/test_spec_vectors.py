@@ -72,7 +72,7 @@ def test_worked_example_two_gpus_and_imbalance(layer):
 def test_bundled_attention_example_matches_table():
     from pathlib import Path
 
-    from frontier.io import load_workbook
+    from frontier.workbook import load_workbook
 
     wb = load_workbook(Path(__file__).resolve().parents[1] / "ecal" / "examples" / "attention_tp2.json")
     expect = {"prefix": (1.7, 456), "compute_path": (4.0, 1100), "parallel_region": (4.0, 1140),
