@@ -212,7 +212,7 @@ def _given_fields(args: argparse.Namespace) -> dict[str, str]:
 
 
 def resolve_fields(point: Any, file: str, given: Mapping[str, str]) -> dict[str, str]:
-    """The key fields a :class:`~measure.store.FilePoint` is stored under: what its file
+    """The key fields a :class:`~measure.store_io.FilePoint` is stored under: what its file
     records, a field it leaves ``"unknown"`` filled from ``given`` (the flags). A flag that
     contradicts what the file records, or a GPU model recorded nowhere, is a
     :class:`~ecal.common.UsageError` naming the file and the point."""
@@ -239,7 +239,8 @@ def resolve_fields(point: Any, file: str, given: Mapping[str, str]) -> dict[str,
 def store_import(args: argparse.Namespace) -> int:
     """``ecal store import``: read every file, resolve every key, then add all in one
     transaction; print per file and in all what was added and what was already present."""
-    from measure.store import ResultsStore, read_points
+    from measure.store import ResultsStore
+    from measure.store_io import read_points
 
     _check_store_path(args.store)
     given = _given_fields(args)
@@ -308,7 +309,7 @@ def _write_results_log(store: Any, tmp: str, element: str, args: argparse.Namesp
     """Write the results log into ``tmp`` (the staged temp file) and remove the writer's
     rendezvous lock file it leaves beside a path (a temp file's would stay behind)."""
     from measure.results_log import results_lock
-    from measure.store import export_results_log
+    from measure.store_io import export_results_log
 
     try:
         export_results_log(store, tmp, element, uuid=args.uuid, gpu_model=args.gpu_model,
@@ -322,7 +323,8 @@ def _write_results_log(store: Any, tmp: str, element: str, args: argparse.Namesp
 
 def store_export(args: argparse.Namespace) -> int:
     """``ecal store export``: select, check, then write ``-o`` atomically (see module doc)."""
-    from measure.store import export_signature_file, is_store_path
+    from measure.store import is_store_path
+    from measure.store_io import export_signature_file
 
     from .common import UsageError, check_outputs
     from .output import Outputs

@@ -240,7 +240,7 @@ def wrap_polish(p: Problem, choice: np.ndarray, deadline_s: float, rounds: int =
     """``choice`` improved where a steady state's wrap switch (a device's last task → its first)
     is priced: the searches price consecutive pairs only, so this tries every option of each
     wrapped device's first and last task, and both at once at one common ω_dev, keeping the
-    cheapest plan that meets ``deadline_s`` (:meth:`solvers.model._Index.objective`, wrap
+    cheapest plan that meets ``deadline_s`` (:meth:`solvers.index.ProblemIndex.objective`, wrap
     included). About 3·K evaluations per wrapped device and round; ``choice`` itself when
     nothing is wrapped or nothing better fits."""
     ix = p.index

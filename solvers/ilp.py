@@ -54,8 +54,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .guarded import run_cancellable
+from .index import constant_switch
 from .limits import NetFired, cap_seconds
-from .model import Problem, SolverUnavailableError, constant_switch
+from .model import Problem, SolverUnavailableError
 from .options import IlpOptions
 from .quiet import c_stdout_quiet
 

@@ -24,7 +24,8 @@ import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
 
-from .model import Problem, constant_switch
+from .index import constant_switch
+from .model import Problem
 from .options import BoundOptions
 
 

@@ -2,9 +2,10 @@
 
 ``frontier`` (the calculus) imports neither ``solvers`` nor ``measure``; ``solvers`` (plans)
 and ``measure`` (devices, protocols) import neither ``execution`` nor ``ecal``; ``execution``
-(running plans) sits on both; ``ecal`` (the command line) on top. Every import counts, at module
-level or inside a function: a lazy import is a dependency all the same, so a circle made of
-them is a circle.
+(running plans) sits on both; ``ecal`` (the command line) on top. Every import that runs counts,
+at module level or inside a function: a lazy import is a dependency all the same, so a circle
+made of them is a circle. Imports under ``if TYPE_CHECKING:`` never run and name a type for the
+type checker only (``solvers.index`` annotating the ``Problem`` that builds it); they do not count.
 """
 
 from __future__ import annotations
@@ -54,13 +55,26 @@ def _targets(module: str, is_package: bool, node: ast.Import | ast.ImportFrom,
     return [f"{head}.{a.name}" if f"{head}.{a.name}" in known else head for a in node.names]
 
 
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    """ids of the import nodes inside ``if TYPE_CHECKING:`` blocks (never run)."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING",
+                                                                    "typing.TYPE_CHECKING"):
+            out |= {id(n) for b in node.body for n in ast.walk(b)}
+    return out
+
+
 def import_graph() -> dict[str, set[str]]:
-    """Module → the project modules it imports anywhere in its body."""
+    """Module → the project modules it imports anywhere in its body (type-only imports aside)."""
     known = _modules()
     graph: dict[str, set[str]] = defaultdict(set)
     for mod, path in known.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        skip = _type_checking_only(tree)
         for node in ast.walk(tree):
+            if id(node) in skip:
+                continue
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 for t in _targets(mod, path.name == "__init__.py", node, known):
                     # `import measure.sim` names measure.sim; an unknown dotted name counts
@@ -127,6 +141,8 @@ def test_the_scan_sees_lazy_imports():
     # solvers.confidence imports solvers.solve inside a function: counted
     assert "solvers.solve" in g["solvers.confidence"]
     assert strongly_connected({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"], ["c"]]
+    # ...and only type-checking imports are left out: solvers.index names Problem for types only
+    assert "solvers.model" not in g["solvers.index"] and "solvers.index" in g["solvers.model"]
 
 
 def test_no_import_circles(graph):

@@ -187,7 +187,7 @@ def test_polish_keeps_deadline_and_never_worsens(seed):
 
 
 def test_constant_switch_is_detected_only_for_constant_costs():
-    from solvers.model import constant_switch
+    from solvers.index import constant_switch
 
     rng = np.random.default_rng(3)
     for tr, want in ((TR, (0.2, 4.0 - 3.0 * 0.2)), (TR_PAIR, None)):

@@ -15,13 +15,15 @@ from measure.results_log import ResultsLog
 from measure.store import (
     ResultsStore,
     StoreError,
+    is_store_path,
+    model_matches,
+    read_signatures,
+)
+from measure.store_io import (
     export_results_log,
     export_signature_file,
     import_results_log,
     import_signature_file,
-    is_store_path,
-    model_matches,
-    read_signatures,
 )
 
 

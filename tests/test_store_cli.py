@@ -303,7 +303,7 @@ def test_an_export_killed_while_writing_leaves_the_old_file(tmp_path, sweep):
     out.write_text('{"old": true}\n')
     killer = textwrap.dedent("""
         import os, signal, sys
-        import measure.store as ms
+        import measure.store_io as ms
         def dying(store, tmp, **k):
             with open(tmp, "w") as fh:
                 fh.write('{"schema_version": 1, "signatures": {"half')
