@@ -9,6 +9,10 @@
   error and what to do;
 * ``read_only=True`` never changes a device setting (a sweep may then vary only the SM
   allocation, through green contexts, and implementations); setters refuse clearly.
+* **Without root**: with ``ZEUSD_SOCK_PATH`` set (or ``setter_relay=``), those three setters and
+  the two clock-lock resets go to zeusd, Zeus's privileged daemon (:mod:`measure.zeusd`,
+  docs/zeusd.md); every read stays on NVML, and the journal, signals and restores below work
+  unchanged through it.
 
 Never leaving a GPU changed:
 
@@ -68,7 +72,7 @@ import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 from frontier.operating_point import OperatingPoint
 
@@ -85,13 +89,26 @@ from .device import (
 )
 from .locks import ProcessLock, lock_dir
 from .shield import shielded
+from .zeusd import SetterRelay, zeusd_from_env
 
 log = logging.getLogger(__name__)
 
 WHAT_TO_DO = ("Changing clocks or power limits needs root: run as root (sudo) or in a container "
               "with CAP_SYS_ADMIN, keep the driver loaded with persistence mode (`sudo nvidia-smi "
-              "-pm 1`), or use `sudo nvidia-smi -lgc/-lmc/-pl` yourself; otherwise open the device "
+              "-pm 1`), or use `sudo nvidia-smi -lgc/-lmc/-pl` yourself; without root, let a "
+              "running zeusd (Zeus's privileged daemon) make them: `export "
+              "ZEUSD_SOCK_PATH=/run/zeusd/zeusd.sock` (docs/zeusd.md); otherwise open the device "
               "read-only (--read-only) to sweep only the SM allocation and implementations.")
+
+#: The root-only NVML calls a setter relay makes instead (:mod:`measure.zeusd`), by the relay
+#: method's name; it gets the GPU's NVML index and the call's values (no handle).
+RELAYED_SETTERS = {
+    "nvmlDeviceSetGpuLockedClocks": "set_gpu_locked_clocks",
+    "nvmlDeviceResetGpuLockedClocks": "reset_gpu_locked_clocks",
+    "nvmlDeviceSetMemoryLockedClocks": "set_mem_locked_clocks",
+    "nvmlDeviceResetMemoryLockedClocks": "reset_mem_locked_clocks",
+    "nvmlDeviceSetPowerManagementLimit": "set_power_limit",
+}
 
 #: Bit → name of NVML clock-event (throttle) reasons (values from nvml.h).
 EVENT_REASONS = {
@@ -254,6 +271,9 @@ class NVMLDevice(Device):
     recovery (INFO on ``measure.nvml``; ``ecal`` shows it on stderr; :attr:`recovered` holds it
     either way). Opening for changes (not
     read-only) takes the GPU's lock and recovers a journal left behind (see module doc).
+    ``setter_relay`` makes the root-only setters and resets (:data:`RELAYED_SETTERS`) instead of
+    NVML: by default (``"env"``) a :class:`~measure.zeusd.ZeusdClient` when ``ZEUSD_SOCK_PATH``
+    is set at open, else none (NVML itself); ``None``: always NVML.
     """
 
     simulated = False
@@ -263,8 +283,10 @@ class NVMLDevice(Device):
                  sleep: Callable[[float], None] = time.sleep,
                  synchronize: Callable[[], None] | None = None,
                  retry_sleep: Callable[[float], None] | None = None, attempts: int = 5,
-                 backoff_s: float = 0.05, cuda_index: int | None = None, announce: bool = True):
+                 backoff_s: float = 0.05, cuda_index: int | None = None, announce: bool = True,
+                 setter_relay: SetterRelay | None | Literal["env"] = "env"):
         self.nvml = nvml if nvml is not None else _load_pynvml()
+        self.setter_relay = zeusd_from_env() if setter_relay == "env" else setter_relay
         self.index = int(index)
         self.read_only = bool(read_only)
         self._clock, self._sleep = clock, sleep
@@ -344,6 +366,8 @@ class NVMLDevice(Device):
 
     # -- NVML calls with typed errors and retries ---------------------------------------------
     def _call(self, fn: str, *args: Any) -> Any:
+        if self.setter_relay is not None and fn in RELAYED_SETTERS:   # args: handle, values
+            return getattr(self.setter_relay, RELAYED_SETTERS[fn])(self.index, *args[1:])
         nv = self.nvml
         delay = self._backoff_s
         for attempt in range(self._attempts):
@@ -465,7 +489,8 @@ class NVMLDevice(Device):
                 f"{self.model} (nvml:{self.index}, {self.uuid}) was left changed by "
                 f"{recovery.left_by()}: {put_back_msg}NOT restored "
                 + "; ".join(f"{what} ({err})" for _, what, err in failed)
-                + f"; run `ecal restore --device nvml:{self.index}` (as root)", first, recovery)
+                + f"; run `ecal restore --device nvml:{self.index}` (as root, or with "
+                "ZEUSD_SOCK_PATH set: docs/zeusd.md)", first, recovery)
         return recovery
 
     def _within_range(self, rec: jr.JournalRecord, path: Any, notes: list[str]) -> jr.JournalRecord:
@@ -646,7 +671,8 @@ class NVMLDevice(Device):
                 self._call(fn, self.handle, *values)
             except DeviceError as exc:
                 code = getattr(exc, "nvml_code", None)
-                if new and code not in self._transient and code != self._lost_code:
+                if (new and code not in self._transient and code != self._lost_code
+                        and not getattr(exc, "maybe_applied", False)):   # a relay's unknown outcome
                     self._report_journal(journal.forget([setting]))
                 raise
 
