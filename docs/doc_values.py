@@ -5,6 +5,7 @@ A ``<!-- value: NAME -->`` directive is replaced by ``NAME()`` of a function reg
 function registered with ``@selector`` marks. Values read the tables in experiments/results/
 (and .ci/run, pyproject.toml) when a page asks for them, never at import.
 """
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -74,13 +75,14 @@ def _share(gaps: list[float], line: float = 0.5) -> str:
 # Project facts.
 @value
 def test_command() -> str:
-    """The test command CI runs (the README states exactly this one)."""
+    """The test command CI runs (the README states exactly this one): the first pytest line
+    of .ci/run (a later one reruns the tests of an optional extra)."""
     path = ROOT / ".ci/run"
     lines = [ln.strip() for ln in path.read_text().splitlines()
              if ln.strip().startswith("python -m pytest")]
     if not lines:
         raise ValueError(f"{path}: no 'python -m pytest' line")
-    return lines[-1]
+    return lines[0]
 
 
 @value
@@ -107,6 +109,35 @@ def short_bench() -> str:
     out = ["| " + " | ".join(keep) + " |", "|" + "---|" * len(keep)]
     out += ["| " + " | ".join(r[i] for i in idx) + " |" for r in rows[2:]]
     return "\n".join(out)
+
+
+@value
+def scaling_note() -> str:
+    """bench_scaling: the fitted exponents, the with-switches walls at 2,048 and 8,192 tasks
+    and the 10,000-task chain."""
+    path = RES / "bench_scaling.json"
+    if not path.exists():
+        return "not measured"
+    d = json.loads(path.read_text())
+    row = {r["case"]: r for r in d["rows"]}
+    k = d["exponent"]
+    sw16, sw32 = row["16x64 switches 1 ms"], row["32x128 switches 1 ms"]
+    chain = next(r for r in d["rows"] if r["case"].startswith("chain"))
+    return (f"time grows as tasks^{k['no switch cost']:.2f} without switch costs and "
+            f"tasks^{k['switches 1 ms']:.2f} with 1 ms switches over 512–8,192 tasks; with "
+            f"switches 16×64 plans in {sw16['wall_s']:.0f} s (gap {sw16['gap_pct']:.2f} %) and "
+            f"32×128 in {sw32['wall_s']:.0f} s (gap {sw32['gap_pct']:.2f} %); a "
+            f"{chain['tasks']:,}-task chain is proven optimal in {chain['wall_s']:.0f} s")
+
+
+@value
+def curve_cost_note() -> str:
+    """bench_curve_cost: what a 20-point curve costs in single plans."""
+    path = RES / "bench_curve_cost.json"
+    if not path.exists():
+        return "not measured"
+    rows = json.loads(path.read_text())["rows"]
+    return "; ".join(f"{r['case']} {r['ratio']:.1f}×" for r in rows)
 
 
 @value
@@ -419,9 +450,27 @@ def route_plan_lines(lines: list[str]) -> list[bool]:
 
 @selector
 def route_run_lines(lines: list[str]) -> list[bool]:
-    """``ecal run``'s step rows (with their column header) and savings: no per-device rows."""
-    def keep(ln: str) -> bool:
+    """``ecal run``'s step row of the plan (with its column header), savings and result: no
+    per-device rows, no baseline rows (the savings line measures against them)."""
+    base = next((i for i, ln in enumerate(lines) if ln.startswith("baseline ")), len(lines))
+
+    def keep(i: int, ln: str) -> bool:
         step_row = ln.startswith("  step ") and not ln.startswith("  step dE")
-        return step_row or ln.startswith(("plan:", "baseline ", "savings", "  vs ", "result: ")) \
-            or ln.lstrip().startswith("T pred ms")
-    return [keep(ln) for ln in lines]
+        if i < base:
+            return step_row or ln.startswith("plan:") or ln.lstrip().startswith("T pred ms")
+        return ln.startswith(("savings", "  vs ", "result: "))
+    return [keep(i, ln) for i, ln in enumerate(lines)]
+
+
+@selector
+def route_tune_lines(lines: list[str]) -> list[bool]:
+    """``ecal tune``'s own table (rounds, last run, verdict), not the tuned plan's summary."""
+    start = next((i for i, ln in enumerate(lines) if ln.startswith("tune ")), len(lines))
+    # the verdict line repeats what the last round's result says
+    return [i >= start and not ln.startswith("converged") for i, ln in enumerate(lines)]
+
+
+@value
+def tune_deadlines() -> str:
+    """experiments/tune_deadlines.py's table (model-alone vs tuned plans on held-out seeds)."""
+    return _table_lines(RES / "tune_deadlines.md")

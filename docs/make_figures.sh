@@ -23,5 +23,7 @@ mkdir -p docs/route
 ecal plan ecal/examples/workload_1f1b.json --deadline 1.05x -o docs/route/plan.json \
      --schedule docs/route/schedule.json                                  > docs/out/route_plan.txt
 ecal run docs/route/plan.json --workload ecal/examples/workload_1f1b.json > docs/out/route_run.txt || true   # exit 1: missed or flagged
+ecal tune ecal/examples/workload_1f1b.json --deadline 1.05x -o docs/route/plan_tuned.json \
+     > docs/out/route_tune.txt || true   # exit 1: not converged within its rounds
 python experiments/h200_composition.py --out docs/out/h200 2>&1 | sed '/^wrote /d' > docs/out/h200.txt
 python docs/build_docs.py             # renders docs/src/*.md (pasting docs/out/*) into README.md and the docs pages

@@ -43,6 +43,7 @@ EPILOG = """examples:
   ecal plan ecal/examples/pipeline_4x8.csv --deadline 1.05x -o plan.json --plot plan.png
   ecal plan ecal/examples/workload_1f1b.json --deadline 1.05x -o plan.json --schedule schedule.json
   ecal run plan.json --workload ecal/examples/workload_1f1b.json   # run it, measure it
+  ecal tune ecal/examples/workload_1f1b.json --deadline 1.05x -o plan.json   # until a run keeps it
   ecal characterize mytrain:make_fwd --device nvml:0 -o fwd.json    # your own code
   ecal pareto ecal/examples/pipeline_4x8.csv --plot pareto.png
   ecal import nv-dvfs v100-dvfs-real.csv -o v100.json   # published data; ecal import --help
@@ -272,6 +273,16 @@ several works: ready power is calibrated once per operating point and shared; -o
                                                    "exit status 1 when the measured step missed the plan's deadline or an "
                                                    "Eq. 23 test of the plan flagged")
     add_run_arguments(p)
+
+    from .cmd_tune import add_tune_arguments
+
+    p = sub.add_parser("tune", help="plan, run, calibrate and plan again until a run keeps the deadline",
+                       formatter_class=fmt, epilog="examples:\n"
+                       "  ecal tune ecal/examples/workload_1f1b.json --deadline 1.05x -o plan.json\n"
+                       "  ecal run plan.json --seed 1          # the tuned plan, run again\n"
+                       "exit status 1 when the rounds ran out before a run kept the deadline with its "
+                       "prediction confirmed")
+    add_tune_arguments(p)
 
     from .cmd_transitions import add_transitions_arguments
 

@@ -1,9 +1,12 @@
-"""``ecal import KIND PATH -o OUT [options of KIND]``: published measurements → a signature file.
+"""``ecal import KIND PATH -o OUT [options of KIND]``: published measurements → a signature file;
+``ecal import torch-trace TRACE -o WORKLOAD``: a kernel trace → a workload.
 
 Each kind is its own sub-command, so ``ecal import zeus-plo --help`` lists the options that kind
 takes (the static power to subtract, the element's name, the GPU count, ...) with their
 defaults; the readers are :mod:`measure.replay` and :mod:`measure.zeus`, whose keyword arguments
-the options map to one for one.
+the options map to one for one. ``torch-trace`` is the one kind that writes a workload, not
+signatures (a trace has times but no energy): its elements are then characterized with ``ecal
+characterize``; its reader is :mod:`measure.torch_trace`.
 """
 from __future__ import annotations
 
@@ -21,7 +24,8 @@ SOURCES = """sources:
   zeus-log      ZeusMonitor profile windows (window_name, elapsed_time, gpuN_energy)
   zeus-monitor  a ZeusMonitor log_file CSV
   zeus-plo      a GlobalPowerLimitOptimizer profile (JSON, or its monitor CSV)
-  perseus       a Perseus profile CSV"""
+  perseus       a Perseus profile CSV
+  torch-trace   torch.profiler's prof.export_chrome_trace(path): writes a workload, not signatures"""
 
 
 @dataclass(frozen=True)
@@ -81,11 +85,13 @@ def _loader(kind: str) -> Callable[..., Any]:
 
 def add_import_parser(sub: Any, formatter_class: Any) -> argparse.ArgumentParser:
     """Add ``import`` and one sub-command per kind to ``sub`` (``ecal``'s sub-parsers)."""
-    p = sub.add_parser("import", help="signatures from published measurements",
+    p = sub.add_parser("import", help="signatures from published measurements; a workload from "
+                                      "a kernel trace (torch-trace)",
                        formatter_class=formatter_class,
                        epilog="examples:\n"
                               "  ecal import zeus-trace summary_power_v100.csv -o v100.json\n"
                               "  ecal import perseus profile.csv --idle-power-w 60 -o p.json\n"
+                              "  ecal import torch-trace trace.json -o step.json   # a workload\n"
                               "  ecal import zeus-plo --help     # one kind's options\n\n" + SOURCES)
     kinds = p.add_subparsers(dest="kind", metavar="KIND", required=True)
     for k in KINDS:
@@ -100,7 +106,178 @@ def add_import_parser(sub: Any, formatter_class: Any) -> argparse.ArgumentParser
         kp.add_argument("--json", action="store_true",
                         help="print machine-readable JSON instead of a table")
         kp.set_defaults(handler=cmd_import, loader_keywords=tuple(o[1] for o in k.options))
+    _add_torch_trace(kinds, formatter_class)
     return p
+
+
+TORCH_TRACE_HELP = ("a torch.profiler Chrome trace (JSON) -> a workload (ecal.workload/1, dag "
+                    "shape) whose tasks are the step's kernels; not signatures: a trace has times, "
+                    "no energy, so its elements are characterized next")
+TORCH_TRACE_EPILOG = """what becomes what (docs/workload.md, "Kernel traces"):
+  element  one kernel identity (name, grid, block, bytes, input shapes) on one device, or a run
+           of consecutive short kernels (--min-duration-us); its work is a traced simulated
+           kernel (traced_compute_12.5us: its mean time, its roofline class) that
+           `ecal characterize` runs on the simulated H200
+  task     one kernel (or run), listed per lane in start order: a lane is a whole device, or a
+           stream with --streams lanes (a device with one stream is one lane either way)
+  edge     between lanes of one device: from the latest task of the other lane that has ended
+           when a task starts; none across devices (a trace states none: add them by hand)
+  class    --classes first; memcpy/memset: memory; a name with gemm, matmul, mm, conv,
+           attention, attn, flash, fmha, cutlass or mma: compute; any other: memory
+
+example:
+  ecal import torch-trace trace.json -o step.json --min-duration-us 5
+  ecal characterize ... -o step.sigs.json         # the command it prints
+  ecal plan step.json --deadline 1.05x -o plan.json"""
+
+
+#: measure.torch_trace.STREAM_MODES, written out: building the parser imports no library
+STREAM_MODES = ("lanes", "serial")
+
+
+def _add_torch_trace(kinds: Any, formatter_class: Any) -> None:
+    kp = kinds.add_parser("torch-trace", help="a torch.profiler Chrome trace -> a workload (not "
+                          "signatures)", description=TORCH_TRACE_HELP,
+                          formatter_class=formatter_class, epilog=TORCH_TRACE_EPILOG)
+    kp.add_argument("path", help="the trace: prof.export_chrome_trace(path) (never written to)")
+    kp.add_argument("-o", "--output", required=True,
+                    help="workload file to write (JSON, ecal.workload/1)")
+    kp.add_argument("--signatures", metavar="PATH", default=None,
+                    help="the signature file every element's source names, as written in the "
+                         "workload (relative to its folder); the printed `ecal characterize` "
+                         "writes it (default: the output's stem + .sigs.json, beside it)")
+    kp.add_argument("--min-duration-us", type=float, default=0.0, metavar="US",
+                    help="consecutive kernels of one lane each shorter than this are one task, "
+                         "their sequence one element, us (default: 0, every kernel a task)")
+    kp.add_argument("--cpu-ops", action="store_true",
+                    help="read the cpu_op events instead of GPU kernels (a CPU-only trace): the "
+                         "outermost op of each thread; each process a device, each thread a "
+                         "stream (default: GPU kernels)")
+    kp.add_argument("--step", type=int, default=None, metavar="K",
+                    help="read only profiler step K (ProfilerStep#K, marked by prof.step()): the "
+                         "kernels launched in it (default: the whole file as one step)")
+    kp.add_argument("--device-prefix", default="gpu", metavar="PREFIX",
+                    help="device d of the trace is named PREFIX + d in the workload (default: gpu)")
+    kp.add_argument("--streams", choices=STREAM_MODES, default="serial",
+                    help="serial: one lane per device, its streams' kernels in start order (a plan "
+                         "its one clock can apply; overlap between streams lost, time "
+                         "overestimated); lanes: one workload device per stream (gpu0.s7: overlap "
+                         "kept, but each stream planned with its own operating point, which one "
+                         "GPU cannot apply) (default: serial)")
+    kp.add_argument("--classes", metavar="MAP.json", default=None,
+                    help='roofline class by part of the kernel name, {"part": "compute" | '
+                         '"memory"}, before the built-in rule (default: the built-in rule only)')
+    kp.add_argument("--idle-power-w", dest="idle_power_w", type=float, default=75.0, metavar="W",
+                    help="the workload's idle_power_w, W a device draws while it waits (default: "
+                         "75, asserted, not measured)")
+    kp.add_argument("--transitions", metavar="FILE", default=None,
+                    help="a transition table (`ecal transitions ... -o FILE`) for the workload's "
+                         "transitions (default: a constant 2 ms, 0 J per switch, asserted)")
+    kp.add_argument("--name", default=None,
+                    help="the workload's name (default: the output file's stem)")
+    kp.add_argument("--json", action="store_true",
+                    help="print machine-readable JSON instead of a table")
+    kp.set_defaults(handler=cmd_import_torch_trace)
+
+
+def _relative_to(path: str, folder: Path) -> str:
+    """``path`` as written in a file in ``folder``: relative when it is below it, else absolute."""
+    p = Path(path).resolve()
+    try:
+        return p.relative_to(folder.resolve()).as_posix()
+    except ValueError:
+        return str(p)
+
+
+def cmd_import_torch_trace(args: argparse.Namespace) -> int:
+    """Run ``ecal import torch-trace TRACE -o WORKLOAD``: read, group, write the workload, print
+    what was read and the commands to run next."""
+    import os
+    import shlex
+
+    from measure.torch_trace import group_trace, read_class_map, read_torch_trace, summary_lines
+
+    from .common import UsageError, check_outputs, finish
+    from .output import Outputs
+
+    check_outputs(args, "-o", inputs=(args.path,))
+    if not (args.min_duration_us >= 0 and args.min_duration_us < float("inf")):
+        raise UsageError(f"--min-duration-us {args.min_duration_us}: give a finite time >= 0 us")
+    if not (args.idle_power_w >= 0 and args.idle_power_w < float("inf")):
+        raise UsageError(f"--idle-power-w {args.idle_power_w}: give a finite power >= 0 W")
+    if args.name == "":
+        raise UsageError("--name: give a non-empty workload name")
+    if not Path(args.path).exists():
+        raise FileNotFoundError(2, "no such file", args.path)
+    out_path = Path(args.output)
+    folder = out_path.resolve().parent
+    sigs = args.signatures or out_path.stem + ".sigs.json"     # as the workload names it
+    sigs_from_here = str(Path(sigs) if Path(sigs).is_absolute() else out_path.parent / sigs)
+    if os.path.realpath(sigs_from_here) in (os.path.realpath(args.path), str(out_path.resolve())):
+        raise UsageError(f"--signatures {sigs}: would be the trace or the workload; give another file")
+    transitions: Any = None
+    if args.transitions is not None:
+        from frontier.files import read_json
+        from frontier.transition import TransitionTable
+
+        if not Path(args.transitions).is_file():
+            raise FileNotFoundError(2, "no such file", args.transitions)
+        TransitionTable.from_dict(read_json(args.transitions), args.transitions)   # checked now
+        transitions = {"file": _relative_to(args.transitions, folder)}
+    classes = read_class_map(args.classes) if args.classes else None
+
+    trace = read_torch_trace(args.path, cpu_ops=args.cpu_ops, step=args.step)
+    w = group_trace(trace, min_duration_s=args.min_duration_us * 1e-6,
+                    device_prefix=args.device_prefix, streams=args.streams, classes=classes)
+    name = args.name or out_path.stem
+    doc = w.to_workload(sigs, name=name, idle_power_w=args.idle_power_w, transitions=transitions)
+    out = Outputs()
+    out.json(args.output, doc)
+
+    argv = ["ecal", "characterize", *(e.work for e in w.elements)]
+    for e in w.elements:
+        argv += ["--name", e.name]
+    argv += ["-o", sigs_from_here]
+    characterize = shlex.join(argv)
+    plan = shlex.join(["ecal", "plan", args.output, "--deadline", "1.05x", "-o",
+                       str(out_path.with_name(out_path.stem + ".plan.json"))])
+    assumed = [f"idle power {args.idle_power_w:g} W (asserted: --idle-power-w)"]
+    if transitions is None:
+        assumed.append("every switch of operating point costs 2 ms, 0 J (asserted: "
+                       "`ecal transitions` measures it, --transitions FILE takes it)")
+    if args.step is None and len(trace.steps) > 1:
+        assumed.append(f"the whole file is one step, though it marks {len(trace.steps)} profiler "
+                       f"steps (#{trace.steps[0]}..#{trace.steps[-1]}; --step K reads one)")
+    multi = [g for g in w.gpus if sum(1 for lane in w.lanes if lane.startswith(g + ".s")) > 1]
+    if multi:
+        assumed.append(f"{', '.join(multi)}: one lane per stream, each planned with its own "
+                       "operating point although a GPU has one clock (--streams serial: one lane)")
+    tasks_note = ("" if len(w.tasks) <= 32_768 else
+                  f" ({len(w.tasks)} tasks: over the planner's default --max-tasks 32768; "
+                  "--min-duration-us merges short kernels)")
+
+    def text() -> str:
+        lines = [f"torch-trace: {args.path}{' (cpu ops)' if args.cpu_ops else ''}"
+                 + (f", ProfilerStep#{args.step}" if args.step is not None else "")]
+        lines += [f"  {x}" for x in summary_lines(w)]
+        lines += [f"  assumed     {a}" for a in assumed]
+        lines += ["next: characterize every element (its traced_* work runs on the simulated H200; "
+                  "on a GPU, characterize your own code and set each element's source and work)",
+                  f"  {characterize}",
+                  f"  {plan}{tasks_note}"]
+        return "\n".join(lines)
+
+    def as_json() -> dict[str, Any]:
+        return {"trace": args.path, "step": args.step, "output": args.output, "signatures": sigs,
+                "kernels": w.kernels, "memory_ops": w.memory_ops, "devices": list(w.gpus),
+                "lanes": list(w.lanes), "streams": w.streams, "tasks": len(w.tasks),
+                "edges": len(w.edges), "kernel_time_s": w.kernel_time_s, "span_s": w.span_s,
+                "elements": {e.name: {"kernels": list(e.kernels), "roofline": e.roofline,
+                                      "duration_s": e.duration_s, "tasks": e.tasks,
+                                      "work": e.work} for e in w.elements},
+                "assumed": assumed, "next": [characterize, plan]}
+
+    return finish(args, out, as_json, text)
 
 
 def loader_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -237,6 +237,9 @@ def cmd_characterize(args: argparse.Namespace) -> int:
         for name in sorted(measure.PRESETS):
             k = measure.PRESETS[name]
             print(f"{name:<28} {getattr(k, 'theta', '') or ''}")
+        print(f"{'traced_compute_<T>us':<28} a traced compute kernel taking T us at the default "
+              "operating point (ecal import torch-trace)")
+        print(f"{'traced_memory_<T>us':<28} a traced memory kernel, likewise")
         return 0
     check_outputs(args, "-o", "--plot")
     protocol = _protocol_of(args)
@@ -343,9 +346,9 @@ def _with_preset_work(res: Any, spec: str) -> Any:
     workload says which ``module:factory`` to run."""
     import dataclasses
 
-    from measure.sim import PRESETS
+    from measure.sim import PRESETS, traced_kernel
 
-    if spec not in PRESETS or res.element == spec:
+    if (spec not in PRESETS and traced_kernel(spec) is None) or res.element == spec:
         # not renamed: the name is the preset (and the results log, which knows no preset,
         # then holds the very same points as -o)
         return res

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from solvers.calibration import Offset, combined_sd
 from solvers.model import Problem
 from solvers.plan import Plan, plan_terms
 
@@ -95,3 +96,7 @@ def predict_devices(plan: Plan, problem: Problem) -> dict[str, DevicePrediction]
     return out
 
 
+def calibrated(pred: DevicePrediction, off: Offset) -> DevicePrediction:
+    """``pred`` plus a measured offset (:mod:`solvers.calibration`), σ of both combined."""
+    return DevicePrediction(pred.time_s + off.time_s, combined_sd(pred.sd_time_s, off.sd_time_s),
+                            pred.energy_j + off.energy_j, combined_sd(pred.sd_energy_j, off.sd_energy_j))

@@ -238,7 +238,14 @@ class ExecutionResult:
                 f"{'' if self.converged else ', NOT reached'}), alpha {self.alpha:g}")
         cols = (f"  {'':<10}{'T pred ms':>11}{'T meas ms':>16}{'dT %':>8}"
                 f"{'E pred J':>18}{'E meas J':>18}{'dE %':>8}  Eq. 23")
-        lines = [head, cols]
+        lines = [head]
+        cal = self.meta.get("calibration")
+        if isinstance(cal, Mapping):
+            st = cal.get("step", {})
+            lines.append(f"  predictions: the model plus the plan's calibration (offsets measured on "
+                         f"{cal.get('runs')} run(s) by ecal tune: T {st.get('time_s', 0.0) * 1e3:+.2f} ms, "
+                         f"E {st.get('energy_j', 0.0):+.2f} J)")
+        lines.append(cols)
         for c in (self.step, *self.devices):
             dv = c.deviation
             verdict = "ok"

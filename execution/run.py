@@ -37,10 +37,11 @@ from frontier.signature import Signature
 from measure.device import Device, can_co_run, restoring
 from measure.protocol import Protocol, measure_ready_power_w, relative_se, wait_for_tick
 from measure.sim import SimulatedGPU
+from solvers.calibration import plan_calibration
 from solvers.model import Problem
 from solvers.plan import Plan
 
-from .predict import DevicePrediction, chosen_options, predict_devices
+from .predict import DevicePrediction, calibrated, chosen_options, predict_devices
 from .results import Comparison, DeviceWindow, ExecutionResult, TaskRun
 from .work import CallableWork, ExecutionError, TaskWork, WorkTable
 
@@ -216,7 +217,11 @@ def run_plan(plan: Plan, problem: Problem, work: WorkTable, *, seed: int = 0,
         ready_w, tasks, windows, step_e, step_t, dev_e, dev_t, k = _measure_steps(
             runner, names, protocol, warmup_steps)
 
-    step_pred = DevicePrediction(plan.makespan_s, plan.sd_makespan_s, plan.energy_j, plan.sd_energy_j)
+    # a plan made with a calibration (ecal tune) predicts model + measured offset, σ of both
+    cal = plan_calibration(plan)
+    step_pred = calibrated(DevicePrediction(plan.makespan_s, plan.sd_makespan_s, plan.energy_j,
+                                            plan.sd_energy_j), cal.step)
+    preds = {d: calibrated(p, cal.device(d)) for d, p in preds.items()}
     step = _compare("step", step_pred, step_t, step_e, alpha, 1)
     per_dev = tuple(_compare(d, preds[d], dev_t[d], dev_e[d], alpha, len(names)) for d in names)
     switches = {d: tuple(r.switch_s for r in tasks if r.step == 0 and r.device == d and r.switch_s > 0)
@@ -240,6 +245,7 @@ def run_plan(plan: Plan, problem: Problem, work: WorkTable, *, seed: int = 0,
               "task_temperature_c": {t: float(np.mean(v)) for t, v in runner.task_temps_c.items()},
               "step_energies_j": step_e, "step_times_s": step_t, "planned_tasks": planned_tasks,
               "bonferroni_devices": len(names),
+              **({} if cal.is_null else {"calibration": cal.to_dict()}),
               "device_time": "finish of the device's last task; energy over the whole step"},
         deadline_s=None if deadline is None else float(deadline),
         predicted_p_meets_deadline=None if p_meet is None else float(p_meet))

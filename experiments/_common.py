@@ -31,6 +31,14 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
     return "\n".join(out) + "\n"
 
 
+def rows_table(rows: Sequence[dict[str, Any]], cols: Sequence[str], digits: int = 3) -> str:
+    """:func:`markdown_table` of dict rows, columns ``cols``, floats to ``digits`` significant
+    digits."""
+    def cell(v: Any) -> str:
+        return f"{v:.{digits}g}" if isinstance(v, float) else str(v)
+    return markdown_table(cols, [[cell(r[k]) for k in cols] for r in rows])
+
+
 def doc_body(doc: str) -> str:
     """A study script's docstring for its results page: after the first line, up to the
     indented usage lines (``    python experiments/...``)."""

@@ -183,11 +183,13 @@ def _name(work: Any, attr: str) -> str:
 
 
 def _preset(spec: str, device: Device | None) -> ResolvedWork:
-    from .sim import PRESETS
+    from .sim import PRESETS, traced_kernel
 
-    if spec in PRESETS:
+    kernel = PRESETS.get(spec) or traced_kernel(spec)
+    if kernel is not None:
         if device is not None and not device.simulated:
             raise DeviceError(f"{spec!r} is a simulated kernel; on a real GPU give module:function")
-        return ResolvedWork(spec, PRESETS[spec], str(getattr(PRESETS[spec], "name", spec)))
-    raise DeviceError(f"unknown work {spec!r}: give a simulated preset ({', '.join(sorted(PRESETS))}) "
+        return ResolvedWork(spec, kernel, str(getattr(kernel, "name", spec)))
+    raise DeviceError(f"unknown work {spec!r}: give a simulated preset ({', '.join(sorted(PRESETS))}, "
+                      "or a traced kernel traced_compute_<T>us / traced_memory_<T>us) "
                       "or module:function")

@@ -31,8 +31,10 @@ Every output of this device says it is simulated (``simulated=True``, ``"simulat
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import math
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -226,6 +228,66 @@ PRESETS: dict[str, SimKernel] = {
 }
 
 
+# -- kernels seen in a trace (``ecal import torch-trace``) ------------------------------------
+
+#: ``traced_compute_12.5us`` / ``traced_memory_3us``: a kernel measured in a trace, simulated by
+#: its roofline class and its measured time (:func:`traced_kernel`).
+TRACED_WORK = re.compile(r"traced_(compute|memory)_(\d+(?:\.\d{1,3})?)us")
+#: The roofline classes a traced kernel can have.
+TRACED_CLASSES = ("compute", "memory")
+
+
+def traced_work_name(kind: str, time_s: float) -> str:
+    """The simulated work of a traced kernel of class ``kind`` ("compute" or "memory") that
+    took ``time_s``: ``traced_compute_12.5us`` (the time rounded to 1 ns, at least 1 ns)."""
+    if kind not in TRACED_CLASSES:
+        raise InputError(f"roofline class {kind!r}: must be one of {', '.join(TRACED_CLASSES)}")
+    if not (math.isfinite(time_s) and time_s >= 0):
+        raise InputError(f"traced kernel time {time_s!r} s: must be a finite number >= 0")
+    us = f"{max(round(time_s * 1e6, 3), 0.001):.3f}".rstrip("0").rstrip(".")
+    return f"traced_{kind}_{us}us"
+
+
+def _traced_template(kind: str) -> SimKernel:
+    """The calibrated preset a traced kernel is a scaled copy of: the 8192 GEMM (compute, at
+    the power cap by default) or the 2 GiB copy (memory); no wave quantization."""
+    base = PRESETS["gemm_bf16_8192" if kind == "compute" else "copy_2GiB"]
+    return replace(base, tiles=None)
+
+
+@functools.lru_cache(maxsize=8)
+def _traced_unit_time_s(kind: str, spec: SimSpec) -> float:
+    """Time of the template at the default operating point, at the steady die temperature of
+    running it back to back (θ = ambient + R·P; it matters only under the power cap)."""
+    gpu = SimulatedGPU(spec=spec, read_only=True)
+    k = _traced_template(kind)
+    temp = gpu.ready_temperature_c()
+    for _ in range(6):
+        st = gpu.kernel_state(k, temperature_c=temp)
+        temp = spec.ambient_c + spec.thermal_r_c_per_w * st.power_w
+    return gpu.kernel_state(k, temperature_c=temp).time_s
+
+
+def traced_kernel(name: str, spec: SimSpec = H200) -> SimKernel | None:
+    """The simulated kernel of a traced work name (:func:`traced_work_name`), or None when
+    ``name`` is not one. A compute kernel is the calibrated 8192 GEMM, a memory kernel the
+    calibrated 2 GiB copy, its FLOPs and bytes scaled so that it takes the traced time at the
+    default operating point (top clock, default power limit, every SM); at other clocks it
+    follows that preset's roofline and power (a compute kernel slows ∝ 1/clock and is capped
+    by power, a memory kernel hardly slows)."""
+    m = TRACED_WORK.fullmatch(name)
+    if m is None:
+        return None
+    kind, us = m.group(1), float(m.group(2))
+    if us <= 0:
+        return None
+    base = _traced_template(kind)
+    scale = us * 1e-6 / _traced_unit_time_s(kind, spec)
+    return replace(base, name=name, flops=base.flops * scale, bytes=base.bytes * scale,
+                   kappa=f"traced {kind} kernel",
+                   theta=f"{us:g} us at the default operating point, scaled {base.name}")
+
+
 def list_presets() -> str:
     """One line per preset: name, implementation, workload (for ``ecal characterize --list``)."""
     w = max(len(n) for n in PRESETS)
@@ -233,11 +295,16 @@ def list_presets() -> str:
 
 
 def preset(name: str) -> SimKernel:
-    """A preset kernel by name (``KeyError`` lists the known names)."""
+    """A preset kernel by name, or a traced kernel (``traced_compute_12.5us``: see
+    :func:`traced_kernel`); an unknown name raises :class:`UnknownNameError` listing the known."""
     try:
         return PRESETS[name]
     except KeyError:
-        raise UnknownNameError(f"unknown simulated kernel {name!r}; known: {sorted(PRESETS)}") from None
+        traced = traced_kernel(name)
+        if traced is not None:
+            return traced
+        raise UnknownNameError(f"unknown simulated kernel {name!r}; known: {sorted(PRESETS)} "
+                               "and traced_compute_<T>us / traced_memory_<T>us") from None
 
 
 @dataclass(frozen=True)

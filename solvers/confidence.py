@@ -38,6 +38,7 @@ from typing import Any
 
 from frontier.errors import InputError
 
+from .calibration import Calibration, combined_sd
 from .feasibility import meets_deadline, p_meets
 from .model import InfeasibleError, Problem
 from .plan import Plan, format_probability
@@ -64,21 +65,31 @@ def z_of(confidence: float) -> float:
     return 0.0 if p == 0.5 else NormalDist().inv_cdf(p)
 
 
-def holds(plan: Plan, deadline_s: float, z: float) -> bool:
-    """Whether ``plan``'s makespan + z·σ_T meets ``deadline_s``."""
-    return meets_deadline(plan.makespan_s + z * plan.sd_makespan_s, deadline_s)
+def holds(plan: Plan, deadline_s: float, z: float, calibration: Calibration | None = None) -> bool:
+    """Whether ``plan``'s makespan + z·σ_T meets ``deadline_s``; with a ``calibration``, its
+    calibrated makespan T + b_T + z·sqrt(σ_T² + σ_b²) (:mod:`solvers.calibration`)."""
+    b = calibration.step if calibration is not None else None
+    if b is None:
+        return meets_deadline(plan.makespan_s + z * plan.sd_makespan_s, deadline_s)
+    return meets_deadline(plan.makespan_s + b.time_s + z * combined_sd(plan.sd_makespan_s, b.sd_time_s),
+                          deadline_s)
 
 
 def keep_deadline(plan_at: Callable[[float], Plan], deadline_s: float, confidence: float, *,
-                  fastest_s: float, name: str = "problem", max_rounds: int = MAX_ROUNDS) -> Plan:
+                  fastest_s: float, name: str = "problem", max_rounds: int = MAX_ROUNDS,
+                  calibration: Calibration | None = None) -> Plan:
     """The first plan ``plan_at(D')`` gives, over tightening D', whose makespan + z·σ_T meets
     ``deadline_s`` (see the module docstring). ``plan_at`` makes a plan meeting D' or raises
     :class:`InfeasibleError`; ``fastest_s`` is the problem's fastest makespan (the fallback's
     deadline). The plan comes back with ``meta["confidence"]`` and the rounds' total wall
     time; raises :class:`InfeasibleError` when no plan tried meets ``deadline_s`` at
-    ``confidence``."""
+    ``confidence``. With a ``calibration`` (measured offsets, :mod:`solvers.calibration`) the
+    calibrated makespan must meet it, the first D' is ``deadline_s`` less the measured
+    makespan offset, and the plan records the calibration in ``meta["calibration"]``."""
     z = z_of(confidence)
     D = float(deadline_s)
+    cal = calibration if calibration is not None and not calibration.is_null else None
+    b, sd_b = (cal.step.time_s, cal.step.sd_time_s) if cal is not None else (0.0, 0.0)
     rounds: list[dict[str, float]] = []
 
     def attempt(d: float) -> Plan | None:
@@ -91,19 +102,19 @@ def keep_deadline(plan_at: Callable[[float], Plan], deadline_s: float, confidenc
                        "sd_makespan_s": p.sd_makespan_s, "energy_j": p.energy_j, "wall_s": p.wall_s})
         return p
 
-    d = D
+    d = D - b
     plan = attempt(d)
-    if plan is None:      # D itself is infeasible
-        return _infeasible(name, D, confidence, z, None, fastest_s)
+    if plan is None:      # D (less the measured offset) is infeasible
+        return _infeasible(name, D, confidence, z, None, fastest_s, cal)
     failed_at = d
     while True:
-        if holds(plan, D, z):
+        if holds(plan, D, z, cal):
             if failed_at > d:     # tightened: a deadline between may keep D with less energy
-                plan, d = _refine(attempt, plan, d, failed_at, D, z)
-            return _done(plan, D, confidence, z, d, rounds)
+                plan, d = _refine(attempt, plan, d, failed_at, D, z, cal=cal)
+            return _done(plan, D, confidence, z, d, rounds, cal)
         failed_at = d
-        # plan has T <= d, so D - z·σ_T <= d - (T + z·σ_T - D) < d: strictly tighter
-        nxt = D - z * plan.sd_makespan_s
+        # plan has T <= d, so D - b - z·σ <= d - (T + b + z·σ - D) < d: strictly tighter
+        nxt = D - b - z * combined_sd(plan.sd_makespan_s, sd_b)
         if len(rounds) > max_rounds or not nxt < d or not meets_deadline(fastest_s, nxt):
             break
         d = nxt
@@ -112,14 +123,15 @@ def keep_deadline(plan_at: Callable[[float], Plan], deadline_s: float, confidenc
             break
     # fallback: the fastest plan, then the largest deadline between it and the last failure
     fast = attempt(fastest_s)
-    if fast is None or not holds(fast, D, z):
-        return _infeasible(name, D, confidence, z, fast, fastest_s)
-    best, best_d = _refine(attempt, fast, fastest_s, failed_at, D, z, BISECT_STEPS)
-    return _done(best, D, confidence, z, best_d, rounds)
+    if fast is None or not holds(fast, D, z, cal):
+        return _infeasible(name, D, confidence, z, fast, fastest_s, cal)
+    best, best_d = _refine(attempt, fast, fastest_s, failed_at, D, z, BISECT_STEPS, cal)
+    return _done(best, D, confidence, z, best_d, rounds, cal)
 
 
 def _refine(attempt: Callable[[float], Plan | None], plan: Plan, ok_s: float, failed_s: float,
-            D: float, z: float, steps: int | None = None) -> tuple[Plan, float]:
+            D: float, z: float, steps: int | None = None, cal: Calibration | None = None
+            ) -> tuple[Plan, float]:
     """Bisect between a deadline whose plan keeps D at confidence (``ok_s``) and a looser one
     whose plan did not (``failed_s``): the plan of least energy that keeps D, and its deadline."""
     best, best_d = plan, ok_s
@@ -127,7 +139,7 @@ def _refine(attempt: Callable[[float], Plan | None], plan: Plan, ok_s: float, fa
     for _ in range(REFINE_STEPS if steps is None else steps):
         mid = 0.5 * (lo + hi)
         p = attempt(mid)
-        if p is not None and holds(p, D, z):
+        if p is not None and holds(p, D, z, cal):
             lo = mid
             if p.energy_j < best.energy_j:
                 best, best_d = p, mid
@@ -137,44 +149,56 @@ def _refine(attempt: Callable[[float], Plan | None], plan: Plan, ok_s: float, fa
 
 
 def _done(plan: Plan, D: float, confidence: float, z: float, solved_s: float,
-          rounds: list[dict[str, float]]) -> Plan:
+          rounds: list[dict[str, float]], cal: Calibration | None = None) -> Plan:
+    meta = dict(plan.meta)
+    if cal is not None:
+        meta["calibration"] = cal.to_dict()
+    else:
+        meta.pop("calibration", None)
+    b, sd_b = (cal.step.time_s, cal.step.sd_time_s) if cal is not None else (0.0, 0.0)
     info = {"confidence": float(confidence), "z": z, "deadline_s": D, "solved_deadline_s": solved_s,
-            "p_meets_deadline": p_meets(D, plan.makespan_s, plan.sd_makespan_s),
+            "p_meets_deadline": p_meets(D - b, plan.makespan_s, combined_sd(plan.sd_makespan_s, sd_b)),
             "exact_for": "the solved (tightened) deadline: makespan <= solved_deadline_s",
             "rounds": rounds}
+    meta["confidence"] = info
     # wall time: every round's method together (a curve's points took none)
     return dataclasses.replace(plan, wall_s=float(sum(r.get("wall_s", 0.0) for r in rounds)),
-                               meta={**dict(plan.meta), "confidence": info})
+                               meta=meta)
 
 
 def _infeasible(name: str, D: float, confidence: float, z: float, fast: Plan | None,
-                fastest_s: float) -> Plan:
+                fastest_s: float, cal: Calibration | None = None) -> Plan:
+    b, sd_b = (cal.step.time_s, cal.step.sd_time_s) if cal is not None else (0.0, 0.0)
+    measured = (f" with the makespan offset measured on {cal.runs} run(s), "
+                f"{b * 1e3:+.3f} ± {sd_b * 1e3:.3f} ms" if cal is not None else "")
     if fast is None:
-        raise InfeasibleError(f"{name}: no plan meets {D * 1e3:.3f} ms at confidence {confidence:g}; "
-                              f"the fastest makespan is {fastest_s * 1e3:.3f} ms", fastest_s)
+        raise InfeasibleError(f"{name}: no plan meets {D * 1e3:.3f} ms at confidence {confidence:g}"
+                              f"{measured}; the fastest makespan is {fastest_s * 1e3:.3f} ms", fastest_s)
+    need = fast.makespan_s + b + z * combined_sd(fast.sd_makespan_s, sd_b)
     raise InfeasibleError(
-        f"{name}: no plan meets {D * 1e3:.3f} ms at confidence {confidence:g}; the fastest plan's "
-        f"makespan is {fast.makespan_s * 1e3:.3f} ± {fast.sd_makespan_s * 1e3:.3f} ms "
-        f"(needs {(fast.makespan_s + z * fast.sd_makespan_s) * 1e3:.3f} ms at z = {z:.3f})",
+        f"{name}: no plan meets {D * 1e3:.3f} ms at confidence {confidence:g}{measured}; the "
+        f"fastest plan's makespan is {fast.makespan_s * 1e3:.3f} ± {fast.sd_makespan_s * 1e3:.3f} ms "
+        f"(needs {need * 1e3:.3f} ms at z = {z:.3f})",
         fast.makespan_s)
 
 
 def solve_at_confidence(problem: Problem, deadline: float | str,
                         confidence: float = DEFAULT_CONFIDENCE, method: str = "auto",
                         time_limit_s: float | None = None, *, options: Any = None,
-                        max_rounds: int = MAX_ROUNDS) -> Plan:
+                        max_rounds: int = MAX_ROUNDS, calibration: Calibration | None = None) -> Plan:
     """The least-energy plan :func:`solvers.solve.solve` finds whose makespan + z_P·σ_T meets
     ``deadline`` (seconds or ``"1.05x"``) at ``confidence`` P (module docstring). Each round
     is one ``solve`` call with ``method``, ``time_limit_s`` and ``options``. The plan's
     ``deadline_s`` is the deadline its method solved (D', at most ``deadline``); its
-    ``target_deadline_s`` and ``meta["confidence"]`` say the rest."""
+    ``target_deadline_s`` and ``meta["confidence"]`` say the rest. ``calibration``: offsets
+    measured on a run of this workload (``ecal tune``), see :func:`keep_deadline`."""
     from .solve import solve
 
     D = problem.deadline_s(deadline)
     problem.check_feasible(D)
     return keep_deadline(lambda d: solve(problem, d, method, time_limit_s, options=options),
                          D, confidence, fastest_s=problem.fastest_makespan_s(), name=problem.name,
-                         max_rounds=max_rounds)
+                         max_rounds=max_rounds, calibration=calibration)
 
 
 def curve_rows(curve: Any, confidence: float) -> list[dict[str, float]]:

@@ -51,7 +51,9 @@ def pareto(problem: Problem, deadlines: Sequence[float | str] | None = None, n_p
     choice (``ParetoCurve.dense_choices``): every point the curve reports comes back as a
     Plan (``curve.plan_at(deadline)``, ``curve.point_plan(i)``). With switch costs
     the fast method's search (:func:`solvers.fast.polish_budget`) is shared by the grid
-    points: a curve spends about one single plan's search in all. ``time_limit_s`` is only
+    points, but each point still solves its own LP, bound and rounding: a 20-point curve
+    measured 4-7x one plan's time with 1 ms switches, 7-13x without (the interpolated plans),
+    on 512-2,048 tasks (``experiments/bench_curve_cost.py``). ``time_limit_s`` is only
     the wall-clock safety net of each point (default ``options.ilp.curve_safety_net_s`` for
     MILP points, :func:`solvers.fast.safety_net_s` for fast ones); a point it cut short says
     so (``Plan.time_capped``, and ``ParetoCurve.time_capped`` for the curve). A MILP point's

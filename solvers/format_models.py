@@ -197,6 +197,24 @@ class TaskPlanModel(Strict):
     sm_clock_mhz: float | None = None
 
 
+class OffsetModel(Strict):
+    """Measured minus predicted for one device or the step (:class:`solvers.calibration.Offset`)."""
+
+    time_s: Number
+    sd_time_s: NonNegative
+    energy_j: Number
+    sd_energy_j: NonNegative
+
+
+class CalibrationModel(Strict):
+    """A plan's ``meta["calibration"]``: the offsets ``ecal tune`` measured
+    (:class:`solvers.calibration.Calibration`)."""
+
+    step: OffsetModel
+    devices: dict[str, OffsetModel] = {}
+    runs: int = Field(1, ge=0)
+
+
 class PlanFile(Strict):
     """A plan (``ecal plan -o``): one operating point per task, its schedule, energy
     breakdown, σ, bound and gap (:class:`solvers.plan.Plan`). ``p_meets_deadline`` is written

@@ -17,6 +17,7 @@ from frontier.files import read_json, write_json_atomic
 from frontier.formats import KINDS, content, validate
 from frontier.signature import Term, variances_from_terms
 
+from .calibration import Calibration, combined_sd, plan_calibration
 from .feasibility import (
     CertificateError,
     bound_proves,
@@ -99,8 +100,16 @@ class Plan:
     @property
     def p_meets_deadline(self) -> float:
         """P(makespan ≤ :attr:`target_deadline_s`) = Φ((D − T)/σ_T) from the propagated σ_T
-        (σ_T = 0: 1.0 or 0.0); :func:`solvers.feasibility.p_meets`."""
-        return p_meets(self.target_deadline_s, self.makespan_s, self.sd_makespan_s)
+        (σ_T = 0: 1.0 or 0.0); :func:`solvers.feasibility.p_meets`. A plan made with a
+        calibration (``ecal tune``) states it for its calibrated makespan (T + b_T, σ of both)."""
+        return p_meets(self.target_deadline_s, *self.calibrated_makespan_s)
+
+    @property
+    def calibrated_makespan_s(self) -> tuple[float, float]:
+        """(makespan, σ) plus the measured offset of the calibration the plan was made with
+        (:mod:`solvers.calibration`); the model's own when it has none."""
+        off = plan_calibration(self).step
+        return self.makespan_s + off.time_s, combined_sd(self.sd_makespan_s, off.sd_time_s)
 
     def summary(self) -> str:
         """A short human table."""
@@ -159,6 +168,8 @@ class Plan:
         kw["lower_bound_j"] = -math.inf if m.lower_bound_j is None else m.lower_bound_j
         kw["gap"] = math.inf if m.gap is None else m.gap
         tasks = tuple(TaskPlan(**t.model_dump()) for t in m.tasks)
+        if "calibration" in m.meta:       # checked now, not when a run first uses it
+            Calibration.from_dict(m.meta["calibration"], file)
         return cls(**kw, tasks=tasks, meta=dict(m.meta))
 
     def save(self, path: str | os.PathLike) -> None:
@@ -576,6 +587,11 @@ def deadline_lines(plan: Plan) -> list[str]:
     if not isinstance(c, Mapping):
         return [head]
     lines = [f"{head} (asked: {c['confidence']:g}, makespan + {c['z']:.3f}·σ_T <= deadline)"]
+    cal = plan_calibration(plan)
+    if not cal.is_null:
+        t, sd = plan.calibrated_makespan_s
+        lines.append(f"  calibrated {t * 1e3:10.3f} ms ± {sd * 1e3:.3f}   (makespan + the offset measured "
+                     f"on {cal.runs} run(s): {cal.step.time_s * 1e3:+.3f} ± {cal.step.sd_time_s * 1e3:.3f} ms)")
     if plan.deadline_s < D:
         lines.append(f"  solved at  {plan.deadline_s * 1e3:10.3f} ms   (tightened to keep the deadline "
                      f"at {c['confidence']:g}: the method, bound and gap below are for this one)")

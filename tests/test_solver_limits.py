@@ -282,6 +282,7 @@ def test_a_net_spent_before_the_milp_skips_it():
 
 # -- HiGHS really used, and the same plan under load --------------------------------------------
 
+@pytest.mark.highs
 def test_hull_lp_then_milp_with_highs_in_one_process_gives_a_highs_plan():
     pytest.importorskip("highspy", reason="highspy not installed (the optional .[highs] extra)")
     from solvers.ilp import available_solvers, solve_ilp
@@ -296,6 +297,7 @@ def test_hull_lp_then_milp_with_highs_in_one_process_gives_a_highs_plan():
     assert plan.method == "ilp[HiGHS]" and plan.meta["plan_from"] == "HiGHS"
 
 
+@pytest.mark.highs
 def test_highs_node_limit_is_read_not_a_key_error():
     pytest.importorskip("highspy", reason="highspy not installed (the optional .[highs] extra)")
     from solvers.ilp import solve_ilp
@@ -307,6 +309,7 @@ def test_highs_node_limit_is_read_not_a_key_error():
     assert r.solver == "HiGHS" and r.status in ("node_limit", "optimal")
 
 
+@pytest.mark.highs
 def test_auto_on_a_40_task_dag_is_the_same_plan_beside_two_busy_loops():
     p = dag40(0)
     quiet = solve(p, "1.1x")
