@@ -284,6 +284,16 @@ several works: ready power is calibrated once per operating point and shared; -o
                        "prediction confirmed")
     add_tune_arguments(p)
 
+    from .cmd_reorder import add_reorder_arguments
+
+    p = sub.add_parser("reorder", help="run free groups of tasks in the order that costs least "
+                       "(entry temperature carried)", formatter_class=fmt, epilog="examples:\n"
+                       "  ecal reorder workload.json --device sim -o workload.reordered.json\n"
+                       "  ecal reorder workload.json --entry cold --warm-c 50,60 -o w.json --json\n"
+                       "then: ecal plan workload.reordered.json --deadline 1.05x -o plan.json; "
+                       "ecal run plan.json")
+    add_reorder_arguments(p)
+
     from .cmd_transitions import add_transitions_arguments
 
     p = sub.add_parser("transitions", help="measure what switching clocks or power limits costs",

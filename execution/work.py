@@ -85,13 +85,19 @@ class CallableWork:
     'fwd'
     """
 
-    work: Callable[[], object] | SimKernel
+    work: Callable[[], object] | SimKernel | Sequence[SimKernel]
     name: str = ""
     sm_count: int | None = None
 
     def __post_init__(self) -> None:
-        if not (callable(self.work) or isinstance(self.work, SimKernel)):
-            raise ExecutionError(f"CallableWork: {self.work!r} is neither callable nor a kernel")
+        # a sequence of simulated kernels (run in order) is work too, as ecal characterize
+        # and Device.run take it
+        kernels = (isinstance(self.work, Sequence) and not isinstance(self.work, str)
+                   and bool(self.work) and all(isinstance(k, SimKernel) for k in self.work))
+        if not (callable(self.work) or isinstance(self.work, SimKernel) or kernels):
+            what = f"a list of {len(self.work)}" if isinstance(self.work, Sequence) else repr(self.work)[:80]
+            raise ExecutionError(f"CallableWork: {what} is neither callable nor a kernel (or a list "
+                                 "of kernels)")
         if self.sm_count is not None and (not isinstance(self.sm_count, int)
                                           or isinstance(self.sm_count, bool) or self.sm_count < 1):
             raise ExecutionError(f"CallableWork {self.name!r}: sm_count must be a positive int "

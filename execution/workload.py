@@ -134,6 +134,8 @@ class Workload:
     #: what the file assumes rather than measures, one sentence each, for every plan to print
     #: (e.g. ``switches are free (transitions: free in w.json)``)
     assumptions: tuple[str, ...] = ()
+    #: groups of task names whose order is free (``reorderable``), each in its given order
+    reorderable: tuple[tuple[str, ...], ...] = ()
 
 
 def is_workload(doc: Any) -> bool:
@@ -238,8 +240,66 @@ def workload_from_dict(doc: Any, file: str = "<workload>", *, base_dir: str | os
     simulated = any(bool(s.meta.get("simulated")) for el in uses for s in r.signatures_of(el))
     task_elements = {nm: el for nm, _dev, el in layout["tasks"]}
     works = {el: w for el in uses if (w := r.work_of(el)) is not None}
+    groups = _reorderable(file, kind, m.reorderable, layout["tasks"], layout["edges"])
     return Workload(name, file, kind, problem, steady, ranks, ready, simulated, task_elements, works,
-                    assumptions)
+                    assumptions, groups)
+
+
+def _reorderable(file: str, kind: str, given: Sequence[Sequence[str]] | None,
+                 tasks: Sequence[tuple[str, str, str]],
+                 edges: Sequence[tuple[str, str]]) -> tuple[tuple[str, ...], ...]:
+    """The ``reorderable`` groups, checked: chain or dag shapes only; every name a task,
+    in one group at most; a group's tasks on one device, consecutive in its order, and with
+    no dependency path between any two of them (through other tasks or devices)."""
+    if not given:
+        return ()
+    if kind in PIPELINE_KINDS:
+        raise FormatError(file, "reorderable", f"applies to chain and dag shapes, not {kind!r} "
+                          "(a pipeline's order is its schedule)")
+    device = {nm: dev for nm, dev, _ in tasks}
+    seq: dict[str, list[str]] = {}
+    for nm, dev, _ in tasks:
+        seq.setdefault(dev, []).append(nm)
+    seen: set[str] = set()
+    out = []
+    for g, group in enumerate(given):
+        path = f"reorderable[{g}]"
+        for nm in group:
+            if nm not in device:
+                raise FormatError(file, path, f"names unknown task {nm!r}")
+            if nm in seen:
+                raise FormatError(file, path, f"task {nm!r} is in more than one group (or twice)")
+            seen.add(nm)
+        devs = sorted({device[nm] for nm in group})
+        if len(devs) != 1:
+            raise FormatError(file, path, f"tasks on devices {', '.join(devs)}: a group's tasks "
+                              "must run on one device")
+        order = seq[devs[0]]
+        where = sorted(order.index(nm) for nm in group)
+        if where[-1] - where[0] != len(group) - 1:
+            raise FormatError(file, path, f"tasks are not consecutive on {devs[0]} (its order: "
+                              f"{', '.join(order)}); a group is a run of consecutive tasks")
+        members = set(group)
+        succ: dict[str, list[str]] = {}
+        for a, b in edges:
+            succ.setdefault(a, []).append(b)
+        for tasks_of in seq.values():
+            for a, b in zip(tasks_of, tasks_of[1:]):
+                if not (a in members and b in members):
+                    succ.setdefault(a, []).append(b)
+        for start in group:
+            stack, reached = list(succ.get(start, ())), set()
+            while stack:
+                x = stack.pop()
+                if x in reached:
+                    continue
+                if x in members:
+                    raise FormatError(file, path, f"task {x!r} depends on {start!r}: their order "
+                                      "is not free")
+                reached.add(x)
+                stack.extend(succ.get(x, ()))
+        out.append(tuple(order[i] for i in where))
+    return tuple(out)
 
 
 def _free_assumptions(file: str, free: Mapping[str, str]) -> tuple[str, ...]:

@@ -216,6 +216,10 @@ class WorkloadFile(Strict):
     devices: dict[str, DeviceSettings] = {}
     steady_state: Flag | None = Field(None, description="default: true for pipeline shapes")
     ranks: Annotated[list[Name], _listed("be a non-empty list of device names")] | None = None
+    reorderable: list[Annotated[list[Name], Field(min_length=2)]] | None = Field(
+        None, description="groups of tasks (chain and dag shapes) whose order is free: each a "
+        "list of two or more task names, consecutive on one device, with no dependency between "
+        "them (ecal reorder searches their orders)")
 
 
 # -- unknown keys --------------------------------------------------------------------------------
