@@ -84,7 +84,10 @@ class GroupReorder:
             "saving_j": r.saving_j, "sd_saving_j": r.sd_saving_j,
             "saving_time_s": r.saving_time_s, "sd_saving_time_s": r.sd_saving_time_s,
             "group_saving_j": r.group_saving_j,
-            "best_order": list(r.best.names), "best_saving_j": r.given.step.energy_j - r.best.step.energy_j,
+            "best_order": [self.group[i] for i in r.best.order],
+            "best_saving_j": r.given.step.energy_j - r.best.step.energy_j,
+            "sd_best_saving_j": r.sd_best_saving_j,
+            "best_saving_time_s": r.given.step.time_s - r.best.step.time_s,
             "entry_temp_c": {"given": r.given.entry_temp_c, "chosen": r.chosen.entry_temp_c},
             "group_exit_temp_c": {"given": r.given.group_exit_temp_c, "chosen": r.chosen.group_exit_temp_c},
             "tolerance_c": r.tolerance_c, "c_alpha": r.c_alpha,
@@ -112,7 +115,11 @@ class WorkloadReorder:
                                 "r_th_c_per_w": c.mechanism.r_th_c_per_w,
                                 "tau_s": c.mechanism.tau_s, "sigma_temp_c": c.sigma_temp_c,
                                 "windows": len(c.observations),
-                                "entry_temps_c": {k: cs.temps_c for k, cs in c.contexts.items()}}
+                                "entry_temps_c": {k: cs.temps_c for k, cs in c.contexts.items()},
+                                "signatures": {k: [{"entry_temp_c": t, "time_s": sg.time_s,
+                                                    "energy_j": sg.energy_j, "sd_energy_j": sg.sd_energy_j}
+                                                   for t, sg in cs.by_entry_c.items()]
+                                               for k, cs in c.contexts.items()}}
                             for d, c in self.characterized.items()}}
 
 
@@ -133,6 +140,15 @@ def _device_tasks(wl: Workload, device: str) -> list[tuple[str, str, OperatingPo
                              "points; reorder evaluates one per element: keep one (its kappa, or a "
                              "signature file of one point)")
         out.append((t.name, el, omegas[0]))
+    # A knob left unset keeps what the previous task set: its value would depend on the order
+    knobs = {tuple(k for k in ("sm_clock_mhz", "mem_clock_mhz", "power_limit_w")
+                   if getattr(om, k) is not None) for _t, _el, om in out}
+    if len(knobs) > 1:
+        shown = " and ".join(f"{{{', '.join(k) or 'none'}}}" for k in sorted(knobs))
+        raise InputError(f"{wl.file}: the operating points of the tasks on {device} set different "
+                         f"knobs ({shown}): a knob a task leaves unset keeps the previous task's "
+                         "value, which reordering would change; characterize every element with "
+                         "the same knobs set (e.g. --grid \"sm_clock_mhz=...,power_limit_w=...\")")
     return out
 
 

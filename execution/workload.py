@@ -57,6 +57,9 @@ Top-level keys:
 - ``steady_state``: the step repeats, so each device's switch from its last task back to its
   first is charged (default true for pipeline shapes, false for chain and dag).
 - ``ranks``: the device of rank 0, 1, … (default for pipelines: ``stage0`` …; none otherwise).
+- ``reorderable``: groups of task names whose order is free (chain and dag shapes): each two or
+  more tasks consecutive on one device with no dependency path between them
+  (:attr:`Workload.reorderable`; ``ecal reorder`` searches their orders).
 
 Relative paths resolve against the workload file's folder. The format is declared once, as
 :class:`execution.workload_models.WorkloadFile` (``ecal schema workload``), which checks

@@ -155,6 +155,8 @@ class ReorderResult:
     periodic: bool
     tolerance_c: float
     c_alpha: float
+    #: σ of the given order's energy minus the best order's (refused or not)
+    sd_best_saving_j: float = 0.0
     #: why the given order was kept although an admissible order predicts less energy (its
     #: saving is within c_α·σ), else None
     kept: str | None = None
@@ -471,7 +473,8 @@ def reorder(group: Sequence[Element], *, mechanism: ThermalMechanism, sigma_temp
         saving_time_s=given.step.time_s - chosen.step.time_s, sd_saving_time_s=sd_t,
         group_saving_j=given.group.energy_j - chosen.group.energy_j,
         refused=tuple(refused), orders_evaluated=len(cache), exhaustive=exhaustive,
-        periodic=periodic, tolerance_c=tol_c, c_alpha=c_a, kept=kept)
+        periodic=periodic, tolerance_c=tol_c, c_alpha=c_a,
+        sd_best_saving_j=_saving_sd(group, given, ranked[0], before, after)[0], kept=kept)
 
 
 def saving_sd(group: Sequence[Element], a: OrderEval, b: OrderEval, before: Sequence[Element] = (),

@@ -297,3 +297,30 @@ def test_cli_reorders_on_the_simulator(proj, capsys, monkeypatch) -> None:
     assert all(len(t) >= 2 for t in th["entry_temps_c"].values())
     wl = load_workload(proj / "r.json")
     assert [t.name for t in wl.problem.tasks][3] == "last"
+
+
+def test_cli_refuses_operating_points_that_inherit_a_knob(proj, capsys) -> None:
+    # copy sets the SM clock, gemm leaves it to whatever ran before: reordering would change
+    # gemm's clock, so the tool refuses before measuring anything
+    save_signatures(proj / "sigs" / "c.json", {"copy_2GiB@1005MHz/700W": _sig(
+        "copy_2GiB", OperatingPoint(sm_clock_mhz=1005.0, power_limit_w=700.0))})
+    path = _write(proj, _wdoc())
+    rc, _out, err = _cli(capsys, "reorder", str(path), "-o", str(proj / "r.json"))
+    assert rc == 2 and not (proj / "r.json").exists()
+    assert len(err) == 1 and "set different knobs" in err[0]
+
+
+def test_a_list_of_simulated_kernels_is_work() -> None:
+    # ecal characterize takes module:attr giving a list of kernels; ecal run must run it too
+    from execution.work import CallableWork, ExecutionError
+    from measure.sim import SimulatedGPU, preset
+
+    w = CallableWork([preset("copy_2GiB")] * 3, "copies")
+    gpu = SimulatedGPU(seed=0)
+    t0 = gpu.time_s()
+    gpu.run(w.work, 1)
+    one = SimulatedGPU(seed=0)
+    one.run(preset("copy_2GiB"), 1)
+    assert gpu.time_s() - t0 == pytest.approx(3 * one.time_s(), rel=0.01)
+    with pytest.raises(ExecutionError, match="list of 2"):
+        CallableWork([1, 2], "bad")  # type: ignore[arg-type]
