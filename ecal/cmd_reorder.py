@@ -45,6 +45,11 @@ def add_reorder_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-orders", type=int, default=5040,
                    help="orders evaluated exhaustively at most; beyond, a local search of this "
                         "many (default: %(default)s)")
+    p.add_argument("--save-contexts", default=None, metavar="FILE",
+                   help="also write what was characterized (ecal.contexts/1), for --contexts")
+    p.add_argument("--contexts", default=None, metavar="FILE",
+                   help="read the elements' entry-temperature signatures and the thermal model "
+                        "from this file (--save-contexts) instead of characterizing")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of text")
     p.set_defaults(handler=cmd_reorder)
 
@@ -120,7 +125,7 @@ def cmd_reorder(args: argparse.Namespace) -> int:
     from .common import UsageError, check_outputs, finish
     from .output import Outputs
 
-    check_outputs(args, "-o", inputs=(args.workload,))
+    check_outputs(args, "-o", "--save-contexts", inputs=(args.workload, args.contexts))
     entry = _entry(args.entry)
     warm = _warm(args.warm_c)
     if args.repeats < 2:
@@ -133,8 +138,13 @@ def cmd_reorder(args: argparse.Namespace) -> int:
         raise UsageError(f"--device {args.device!r}: use sim (a simulated H200) or nvml:INDEX")
     res = reorder_workload(args.workload, args.output, device=args.device, seed=args.seed,
                            entry=entry, warm_c=warm, repeats=args.repeats, alpha=args.alpha,
-                           max_orders=args.max_orders)
+                           max_orders=args.max_orders, contexts=args.contexts)
     out = Outputs()
     out.json(args.output, dict(res.document))
+    if args.save_contexts:
+        from execution.reorder import contexts_document
+
+        out.json(args.save_contexts, contexts_document(res.characterized, args.device,
+                                                       args.device == "sim"))
     return finish(args, out, lambda: {**res.to_dict(), "output": args.output},
                   lambda: _text(res, args.output))

@@ -266,3 +266,41 @@ class RunFile(Strict):
     savings: list[SavingsModel] = []
     problems: list[str] = []
     notes: list[str] = []
+
+
+# -- characterized entry contexts (ecal reorder --save-contexts) ----------------------------------
+
+class ThermalModel(Strict):
+    """A device's fitted first-order thermal model and its resolution."""
+
+    ambient_c: float
+    r_th_c_per_w: NonNegative
+    tau_s: Annotated[float, Field(gt=0)]
+    sigma_temp_c: NonNegative
+    windows: Index = 0
+
+
+class EntryPoint(Strict):
+    """One element characterized at one entry temperature: its signature (as in a signature
+    file's ``signatures`` entries)."""
+
+    entry_temp_c: float
+    signature: dict[str, Any]
+
+
+class DeviceContexts(Strict):
+    """One device: its thermal model and every element (``element@ω``) at two or more entry
+    temperatures."""
+
+    thermal: ThermalModel
+    elements: Annotated[dict[str, Annotated[list[EntryPoint], Field(min_length=1)]],
+                        _at_least_one("element")]
+
+
+class ContextsFile(Strict):
+    """What ``ecal reorder --save-contexts`` writes and ``--contexts`` reads: elements
+    characterized at entry temperatures and each device's thermal model."""
+
+    device: str = ""
+    simulated: bool = False
+    devices: Annotated[dict[str, DeviceContexts], _at_least_one("device")]

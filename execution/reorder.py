@@ -233,6 +233,65 @@ def reorder_groups(wl: Workload, chars: Mapping[str, Characterized], *, entry: s
     return tuple(out)
 
 
+# -- the contexts file (ecal.contexts/1) ---------------------------------------------------------
+
+def contexts_document(chars: Mapping[str, Characterized], device: str = "",
+                      simulated: bool = False) -> dict[str, Any]:
+    """The ``ecal.contexts/1`` document of characterized devices (what ``--save-contexts``
+    writes): each device's thermal model and every element at its entry temperatures."""
+    from frontier.codec import signature_to_dict
+    from frontier.formats import KINDS
+
+    return {"format": KINDS["contexts"].tag, "device": device, "simulated": simulated,
+            "devices": {d: {"thermal": {"ambient_c": c.mechanism.ambient_c,
+                                        "r_th_c_per_w": c.mechanism.r_th_c_per_w,
+                                        "tau_s": c.mechanism.tau_s, "sigma_temp_c": c.sigma_temp_c,
+                                        "windows": len(c.observations)},
+                            "elements": {k: [{"entry_temp_c": t, "signature": signature_to_dict(sg)}
+                                             for t, sg in cs.by_entry_c.items()]
+                                         for k, cs in c.contexts.items()}}
+                        for d, c in chars.items()}}
+
+
+def read_contexts(path: str | os.PathLike) -> dict[str, Characterized]:
+    """The devices of an ``ecal.contexts/1`` file (:func:`contexts_document`)."""
+    from frontier.codec import signature_from_dict
+    from frontier.formats import content, validate
+
+    from .format_models import ContextsFile
+
+    file = os.fspath(path)
+    m = validate(ContextsFile, content(file, read_json(file), "contexts")[1], file)
+    out = {}
+    for d, dev in m.devices.items():
+        ctx = {}
+        for k, pts in dev.elements.items():
+            by = {p.entry_temp_c: signature_from_dict(p.signature, file,
+                                                      f"devices.{d}.elements.{k}[{i}].signature", name=k)
+                  for i, p in enumerate(pts)}
+            ctx[k] = ContextualSignature(k, by)
+        th = dev.thermal
+        out[d] = Characterized(ctx, ThermalMechanism(th.ambient_c, th.r_th_c_per_w, th.tau_s),
+                               th.sigma_temp_c, ())
+    return out
+
+
+def _check_contexts(wl: Workload, chars: Mapping[str, Characterized], file: str) -> None:
+    """Every element on every group's device is in ``chars`` (its ``element@ω`` key)."""
+    for g in wl.reorderable:
+        dev = wl.problem.tasks[wl.problem.index.pos[g[0]]].device
+        if dev not in chars:
+            raise InputError(f"{file}: no device {dev!r} (has: {', '.join(sorted(chars)) or 'none'})")
+        for t, el, om in _device_tasks(wl, dev):
+            key = _element_key(el, om)
+            if key not in chars[dev].contexts:
+                raise InputError(f"{file}: devices.{dev}: no element {key!r} (task {t!r}); "
+                                 "characterize it again (without --contexts)")
+            if len(chars[dev].contexts[key].temps_c) < 2:
+                raise InputError(f"{file}: devices.{dev}.elements.{key}: one entry temperature; "
+                                 "two or more are needed")
+
+
 # -- the reordered workload document -----------------------------------------------------------
 
 def _rebase(path: str, src_dir: Path, out_dir: Path) -> str:
@@ -289,9 +348,11 @@ def reordered_document(doc: Mapping[str, Any], workload_file: str | os.PathLike,
 def reorder_workload(workload_file: str | os.PathLike, output: str | os.PathLike, *,
                      device: str = "sim", seed: int = 0, entry: str | float = "periodic",
                      warm_c: Sequence[float] = (DEFAULT_WARM_C,), repeats: int = 5,
-                     alpha: float = 0.05, max_orders: int = MAX_ORDERS) -> WorkloadReorder:
-    """Characterize (on ``device``: ``sim`` or ``nvml:N``), search, and build the reordered
-    workload document for ``output`` (not written here)."""
+                     alpha: float = 0.05, max_orders: int = MAX_ORDERS,
+                     contexts: str | os.PathLike | None = None) -> WorkloadReorder:
+    """Characterize (on ``device``: ``sim`` or ``nvml:N``; or read ``contexts``, an
+    ``ecal.contexts/1`` file, instead), search, and build the reordered workload document
+    for ``output`` (not written here)."""
     from measure.factory import open_device
 
     wl = load_workload(workload_file)
@@ -299,7 +360,11 @@ def reorder_workload(workload_file: str | os.PathLike, output: str | os.PathLike
         raise InputError(f"{workload_file}: no \"reorderable\" groups: name the tasks whose order "
                          "is free, e.g. \"reorderable\": [[\"a\", \"b\", \"c\"]] (docs/workload.md)")
     devices = sorted({wl.problem.tasks[wl.problem.index.pos[g[0]]].device for g in wl.reorderable})
-    chars = {}
+    chars: dict[str, Characterized] = {}
+    if contexts is not None:
+        chars = read_contexts(contexts)
+        _check_contexts(wl, chars, os.fspath(contexts))
+        devices = []
     for i, d in enumerate(devices):
         gpu = open_device(device, seed=seed + i)
         try:

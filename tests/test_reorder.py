@@ -115,6 +115,21 @@ def test_downstream_insensitive_accepts_sensitive_refuses() -> None:
     assert not r.substituted and r.refused[0].element is None
 
 
+def test_periodic_saving_that_lives_downstream_is_refused() -> None:
+    # group elements insensitive to entry; the order only changes the exit temperature, and the
+    # downstream element gets cheaper when entered hot: the "saving" is all downstream
+    hot, cold = el("hot", 600.0, 600.0), el("cold", 100.0, 100.0)
+    down = el("down", 1000.0, 900.0, t=1.0, var=1.0)
+    r = reorder([hot, cold], mechanism=TH, sigma_temp_c=0.5, after=[down], periodic=True)
+    assert r.best.order == (1, 0) and r.best.step.energy_j < r.given.step.energy_j
+    assert r.best.group.energy_j == pytest.approx(r.given.group.energy_j)
+    assert not r.substituted and r.refused[0].element == "down"
+    # with the downstream element flat, the orders cost the same: nothing to substitute
+    flat = el("flat", 1000.0, 1000.0, t=1.0, var=1.0)
+    r = reorder([hot, cold], mechanism=TH, sigma_temp_c=0.5, after=[flat], periodic=True)
+    assert not r.substituted and not r.refused
+
+
 def test_saving_within_sigma_is_not_substituted() -> None:
     hot, cold = el("hot", 600.0, 640.0, var=4e4), el("cold", 100.0, 140.0, var=4e4)
     flat = el("flat", 1000.0, 1000.0, t=40.0)
@@ -324,3 +339,25 @@ def test_a_list_of_simulated_kernels_is_work() -> None:
     assert gpu.time_s() - t0 == pytest.approx(3 * one.time_s(), rel=0.01)
     with pytest.raises(ExecutionError, match="list of 2"):
         CallableWork([1, 2], "bad")  # type: ignore[arg-type]
+
+
+def test_cli_saves_and_reads_contexts(proj, capsys, monkeypatch) -> None:
+    path = _write(proj, _wdoc())
+    monkeypatch.chdir(proj)
+    rc, out, err = _cli(capsys, "reorder", str(path), "-o", "r.json", "--repeats", "2", "--json",
+                        "--save-contexts", "ctx.json")
+    assert rc == 0, err
+    first = json.loads(out)["groups"][0]
+    doc = json.loads((proj / "ctx.json").read_text())
+    assert doc["format"] == "ecal.contexts/1" and set(doc["devices"]) == {"gpu0"}
+    # read back: no characterization, the same prediction
+    rc, out, err = _cli(capsys, "reorder", str(path), "-o", "r2.json", "--contexts", "ctx.json", "--json")
+    assert rc == 0, err
+    again = json.loads(out)["groups"][0]
+    assert again["given_energy_j"] == pytest.approx(first["given_energy_j"], rel=1e-12)
+    assert again["chosen"] == first["chosen"]
+    # a contexts file lacking an element of the device: exit 2, nothing written
+    del doc["devices"]["gpu0"]["elements"][next(iter(doc["devices"]["gpu0"]["elements"]))]
+    (proj / "ctx2.json").write_text(json.dumps(doc))
+    rc, _out, err = _cli(capsys, "reorder", str(path), "-o", "r3.json", "--contexts", "ctx2.json")
+    assert rc == 2 and not (proj / "r3.json").exists() and "no element" in err[0]
