@@ -85,10 +85,11 @@ def _text(res: Any, output: str) -> str:
     for dev, c in res.characterized.items():
         m = c.mechanism
         temps = sorted({round(t, 1) for cs in c.contexts.values() for t in cs.temps_c})
-        lines.append(f"{dev}: {len(c.contexts)} element(s) characterized at entry "
-                     f"{', '.join(f'{t:g}' for t in temps)} °C; thermal model from "
-                     f"{len(c.observations)} windows: ambient {m.ambient_c:.1f} °C, R_th "
-                     f"{m.r_th_c_per_w:.4f} °C/W, tau {m.tau_s:.2f} s, sigma {c.sigma_temp_c:.2f} °C")
+        src = f"from {len(c.observations)} windows" if c.observations else "as read"
+        lines.append(f"{dev}: {len(c.contexts)} element(s) at entry "
+                     f"{', '.join(f'{t:g}' for t in temps)} °C; thermal model {src}: ambient "
+                     f"{m.ambient_c:.1f} °C, R_th {m.r_th_c_per_w:.4f} °C/W, tau {m.tau_s:.2f} s, "
+                     f"sigma {c.sigma_temp_c:.2f} °C")
     for g in res.groups:
         r = g.result
         mode = "periodic (steps back to back)" if r.periodic else f"single pass from {r.given.entry_temp_c:.1f} °C"
@@ -109,7 +110,8 @@ def _text(res: Any, output: str) -> str:
                          f"({100 * r.saving_j / r.given.step.energy_j:.2f} %), time "
                          f"{r.saving_time_s * 1e3:+.1f} ± {r.sd_saving_time_s * 1e3:.1f} ms shorter")
         elif not r.kept:
-            lines.append("  chosen: the given order (no admissible order predicts less energy)")
+            lines.append("  chosen: the given order (" + ("every order predicting less energy was "
+                         "refused)" if r.refused else "no order predicts less energy)"))
         ctx = sum(1 for _t, how, _ in g.composed if how == "context")
         lines.append(f"  composed with context: {ctx} of {len(g.composed)} tasks on {g.device}"
                      + ("" if ctx == len(g.composed) else

@@ -56,7 +56,6 @@ Example (two elements, hot first or cold first, from 40 °C)::
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -346,26 +345,37 @@ def check_exit_equivalence(given: OrderEval, cand: OrderEval, *, group_len: int,
 
 def _distinct_orders(keys: Sequence[object]) -> list[tuple[int, ...]]:
     """Every order of the indices that differs in the sequence of keys (identical elements
-    keep their relative order), the given order first."""
-    seen: set[tuple[object, ...]] = set()
+    keep their given relative order), the given order first; generated as multiset
+    permutations, so the work is the number of distinct orders, not n!."""
+    pools: dict[object, list[int]] = {}
+    for i, k in enumerate(keys):
+        pools.setdefault(k, []).append(i)
+    kinds = list(pools)
+    left = {k: len(v) for k, v in pools.items()}
     out: list[tuple[int, ...]] = []
-    n = len(keys)
-    for perm in itertools.permutations(range(n)):
-        sig = tuple(keys[i] for i in perm)
-        if sig in seen:
-            continue
-        seen.add(sig)
-        # assign the tasks of each key in their given relative order
-        pools: dict[object, list[int]] = {}
-        for i in range(n):
-            pools.setdefault(keys[i], []).append(i)
-        used: dict[object, int] = {}
-        order = []
-        for k in sig:
-            j = used.get(k, 0)
-            order.append(pools[k][j])
-            used[k] = j + 1
-        out.append(tuple(order))
+    seq: list[object] = []
+
+    def rec() -> None:
+        if len(seq) == len(keys):
+            used: dict[object, int] = {}
+            order = []
+            for k in seq:
+                j = used.get(k, 0)
+                order.append(pools[k][j])
+                used[k] = j + 1
+            out.append(tuple(order))
+            return
+        for k in kinds:
+            if left[k]:
+                left[k] -= 1
+                seq.append(k)
+                rec()
+                seq.pop()
+                left[k] += 1
+
+    rec()
+    given = tuple(range(len(keys)))
+    out.sort(key=lambda o: o != given)          # stable: the given order first
     return out
 
 

@@ -361,3 +361,17 @@ def test_cli_saves_and_reads_contexts(proj, capsys, monkeypatch) -> None:
     (proj / "ctx2.json").write_text(json.dumps(doc))
     rc, _out, err = _cli(capsys, "reorder", str(path), "-o", "r3.json", "--contexts", "ctx2.json")
     assert rc == 2 and not (proj / "r3.json").exists() and "no element" in err[0]
+
+
+def test_distinct_orders_are_multiset_permutations() -> None:
+    import itertools
+
+    from frontier.reorder import _distinct_orders
+
+    keys = ["a", "b", "a", "c", "b"]
+    got = _distinct_orders(keys)
+    assert got[0] == (0, 1, 2, 3, 4) and len(got) == len(set(got)) == 30     # 5!/(2!·2!)
+    want = {tuple(keys[i] for i in p) for p in itertools.permutations(range(5))}
+    assert {tuple(keys[i] for i in o) for o in got} == want
+    # twelve tasks of two kinds: 924 orders, found without walking 12! permutations
+    assert len(_distinct_orders(["x"] * 6 + ["y"] * 6)) == 924
