@@ -66,7 +66,7 @@ from solvers.model import Problem
 from solvers.plan import Plan
 
 from .results import DeviceWindow, ExecutionResult, TaskRun
-from .run import Measured, execution_result
+from .run import Measured, execution_result, merged_operating_point
 from .work import ExecutionError
 
 log = logging.getLogger(__name__)
@@ -216,7 +216,6 @@ class _Worker:
                         self.run_plan(msg[1], msg[2], msg[3])
         finally:
             gpu.close()
-        self.conn.send(("closed",))
 
     def _load_works(self, wl: Any) -> dict[str, Any]:
         from measure.factory import load_work
@@ -274,15 +273,10 @@ class _Worker:
             self.conn.send(("window", k, window, runs))
 
     def _set_op(self, op: OperatingPoint | None) -> float:
+        """Set ω_dev when it differs from what is in force; the settle time paid (s)."""
         gpu = self.gpu
-        if op is None:
-            return 0.0
         cur = gpu.get_operating_point()
-        want = OperatingPoint(
-            op.sm_clock_mhz if op.sm_clock_mhz is not None else cur.sm_clock_mhz,
-            op.mem_clock_mhz if op.mem_clock_mhz is not None else cur.mem_clock_mhz,
-            op.power_limit_w if op.power_limit_w is not None else cur.power_limit_w)
-        if want == cur.dev:
+        if op is None or merged_operating_point(cur, op) == cur.dev:
             return 0.0
         t0 = gpu.time_s()
         gpu.set_operating_point(op)
@@ -290,6 +284,7 @@ class _Worker:
 
     def _step(self, k: int, mine: list[int], ops: list[OperatingPoint], choice: Sequence[int],
               origin: float) -> tuple[list[TaskRun], float]:
+        """This device's tasks of step ``k`` (times from ``origin``): its runs and finish."""
         problem, d, gpu = self.problem, self.spec.device, self.gpu
         ix = problem.index
         end: dict[int, float] = {}
@@ -385,7 +380,7 @@ class _Handle:
 class _Pool:
     """The parent's side: the workers, their pipes, the barrier, the abort flag."""
 
-    def __init__(self, problem: Problem, gpus: Mapping[str, int], opener: Callable[[int], Device],
+    def __init__(self, gpus: Mapping[str, int], opener: Callable[[int], Device],
                  workload_ref: Any, workload_path: str, protocol: Protocol,
                  elements: Sequence[str]):
         ctx = multiprocessing.get_context("spawn")
@@ -487,7 +482,7 @@ def run_plans_on_gpus(plans: Sequence[Plan], problem: Problem, gpus: Mapping[str
         raise ExecutionError(f"no GPU given for plan device(s) {missing}")
     runs = [PlanRun(tuple(chosen_options(p, problem)), tuple(t.name for t in problem.tasks))
             for p in plans]
-    pool = _Pool(problem, {d: gpus[d] for d in names}, opener or nvml_opener(), workload_ref,
+    pool = _Pool({d: gpus[d] for d in names}, opener or nvml_opener(), workload_ref,
                  workload_path, protocol, elements)
     failed = True
     try:

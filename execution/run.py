@@ -71,7 +71,7 @@ class _Runner:
 
     def set_op(self, gpu: Device, op: OperatingPoint | None) -> float:
         """Set ω_dev when it differs from what is in force; the settle time paid (virtual s)."""
-        if op is None or _merged(gpu.get_operating_point(), op) == gpu.get_operating_point().dev:
+        if op is None or merged_operating_point(gpu.get_operating_point(), op) == gpu.get_operating_point().dev:
             return 0.0
         t0 = gpu.time_s()
         gpu.set_operating_point(op)
@@ -113,7 +113,7 @@ class _Runner:
         return runs, max(end), finish
 
 
-def _merged(cur: OperatingPoint, op: OperatingPoint) -> OperatingPoint:
+def merged_operating_point(cur: OperatingPoint, op: OperatingPoint) -> OperatingPoint:
     """ω_dev that setting ``op`` over ``cur`` results in (unset knobs keep their value)."""
     return OperatingPoint(
         op.sm_clock_mhz if op.sm_clock_mhz is not None else cur.sm_clock_mhz,

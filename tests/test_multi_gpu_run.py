@@ -264,3 +264,49 @@ def test_parse_gpu_list():
     assert parse_gpu_list("nvml:0") is None and parse_gpu_list("sim") is None
     assert parse_gpu_list("nvml:3, 1,0") == (3, 1, 0)
     assert map_gpus("nvml:3,1", (3, 1), ["a", "b"]) == {"a": 3, "b": 1}
+
+
+CHILD = '''
+import sys
+sys.path[:0] = [{tests!r}, {root!r}]
+from fake_multi_gpu import FakeOpener
+import execution.multi_gpu as mg
+mg.nvml_opener = lambda: FakeOpener({state!r})
+from ecal import cli
+sys.exit(cli.main(["run", "plan.json", "--device", "nvml:0,1,2,3", "--no-baselines"]))
+'''
+
+
+@pytest.mark.parametrize("sig, whom", [("SIGTERM", "parent"), ("SIGINT", "group")])
+def test_an_interrupted_run_restores_every_card(cards, tmp_path, sig, whom):
+    """``kill -TERM`` on ecal (the parent) or a Ctrl-C (SIGINT to the whole process group)
+    mid-run: exit 130, every card as found, no journal left."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    here = Path(__file__).resolve().parent
+    script = CHILD.format(tests=str(here), root=str(here.parent), state=str(cards))
+    env = {**os.environ, "FAKE_GPU_WALL_S": "0.05"}
+    p = subprocess.Popen([sys.executable, "-c", script], env=env, start_new_session=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        # wait until every card was changed (each worker is inside the measured run)
+        while not all(s[1] is not None for s in settings(cards)):
+            assert p.poll() is None, p.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        if whom == "parent":
+            p.send_signal(getattr(signal, sig))
+        else:
+            os.killpg(p.pid, getattr(signal, sig))
+        out, err = p.communicate(timeout=300)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130, err
+    assert f"interrupted ({sig})" in err, err
+    assert settings(cards) == as_found(cards)
+    assert journals() == []
