@@ -86,11 +86,12 @@ class GpuWorkerError(EnergyCalculusError):
     """A GPU's worker failed (raised, or died) during a multi-GPU run; the other GPUs were
     stopped and restored. ``gpu`` is its ``nvml:INDEX``, ``device`` its plan device."""
 
-    def __init__(self, gpu: str, device: str, what: str):
-        self.gpu, self.device, self.what = gpu, device, what
+    def __init__(self, gpu: str, device: str, what: str, died: bool = False):
+        self.gpu, self.device, self.what, self.died = gpu, device, what, died
+        left = (f"; its card may be left changed: ecal restore --device {gpu} puts it back from "
+                "its journal" if died else "")
         super().__init__(f"GPU {gpu} (plan device {device}) failed: {what}; the other GPUs were "
-                         f"stopped and restored (if {gpu} was left changed: ecal restore "
-                         f"--device {gpu})")
+                         f"stopped and restored{left}")
 
 
 def parse_gpu_list(spec: str) -> tuple[int, ...] | None:
@@ -418,8 +419,8 @@ class _Pool:
                 if ready is None:      # its pipe and its sentinel both woke us: done already
                     continue
                 msg = self._read(ready)
-                if msg[0] == "error":
-                    raise GpuWorkerError(ready.gpu, ready.device, msg[1])
+                if msg[0] in ("error", "died"):
+                    raise GpuWorkerError(ready.gpu, ready.device, msg[1], msg[0] == "died")
                 if msg[0] != kind:
                     raise GpuWorkerError(ready.gpu, ready.device, f"unexpected message {msg[0]!r}")
                 got[ready.device] = msg
@@ -436,7 +437,7 @@ class _Pool:
         code = h.proc.exitcode
         how = (f"its worker was killed by {signal.Signals(-code).name}" if code is not None and code < 0
                else f"its worker ended (exit status {code})")
-        return ("error", how)
+        return ("died", how)
 
     def close(self, failed: bool) -> None:
         """Stop every worker (they restore their cards) and wait for them; on a failure or an

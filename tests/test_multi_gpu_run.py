@@ -216,6 +216,7 @@ def test_a_killed_worker_stops_the_others_and_ecal_restore_fixes_its_card(cards,
     lines = [ln for ln in err.splitlines() if ln.startswith("ecal run: error:")]
     assert rc == 3 and len(lines) == 1, err
     assert "GPU nvml:2" in lines[0] and "SIGKILL" in lines[0], lines[0]
+    assert "ecal restore --device nvml:2" in lines[0], lines[0]
     assert not out.exists()
     found = as_found(cards)
     now = settings(cards)
@@ -310,3 +311,22 @@ def test_an_interrupted_run_restores_every_card(cards, tmp_path, sig, whom):
     assert f"interrupted ({sig})" in err, err
     assert settings(cards) == as_found(cards)
     assert journals() == []
+
+
+def test_a_gpu_in_use_stops_the_run_before_any_card_changes(cards, tmp_path, capsys):
+    """Another process holds GPU 1's lock: its worker is refused at open, the run ends with one
+    line naming nvml:1 and the holder, and no card was changed."""
+    held = FakeOpener(str(cards))(1)           # this process holds GPU 1's lock
+    try:
+        rc = cli.main(["run", "plan.json", "--device", "nvml:0,1,2,3", "--no-baselines"])
+    finally:
+        held.close()
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("ecal run: error:")]
+    assert rc == 3 and len(lines) == 1, err
+    assert "GPU nvml:1" in lines[0] and "LockedError" in lines[0], lines[0]
+    import os
+
+    assert str(os.getpid()) in lines[0], lines[0]
+    assert settings(cards) == as_found(cards) and journals() == []
+    assert all(not (tmp_path / "log" / f"gpu{i}.jsonl").exists() for i in range(GPUS))
