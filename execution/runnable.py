@@ -226,6 +226,9 @@ def open_run_devices(names: list[str], spec: str, seed: int, nvml: object | None
     :mod:`execution.multi_gpu`)."""
     if spec == "sim":
         return simulated_devices(names, seed)
+    if parse_gpu_list(spec) is not None:
+        raise RunInputError(f"--device {spec}: a list of GPUs runs a plan with ecal run (one "
+                            "worker process per GPU); here give sim or nvml:INDEX")
     if len(names) != 1:
         raise RunInputError(f"--device {spec} runs single-device plans; this plan spans "
                             f"{len(names)} devices ({', '.join(names)}): give one GPU per plan "

@@ -330,3 +330,11 @@ def test_a_gpu_in_use_stops_the_run_before_any_card_changes(cards, tmp_path, cap
     assert str(os.getpid()) in lines[0], lines[0]
     assert settings(cards) == as_found(cards) and journals() == []
     assert all(not (tmp_path / "log" / f"gpu{i}.jsonl").exists() for i in range(GPUS))
+
+
+def test_a_gpu_list_is_for_ecal_run_only():
+    """Paths that open devices in this process (ecal tune) refuse a GPU list in one line."""
+    from execution.runnable import RunInputError, open_run_devices
+
+    with pytest.raises(RunInputError, match="a list of GPUs runs a plan with ecal run"):
+        open_run_devices(["a", "b"], "nvml:0,1", 0)
