@@ -231,17 +231,21 @@ PRESETS: dict[str, SimKernel] = {
 # -- kernels seen in a trace (``ecal import torch-trace``) ------------------------------------
 
 #: ``traced_compute_12.5us`` / ``traced_memory_3us``: a kernel measured in a trace, simulated by
-#: its roofline class and its measured time (:func:`traced_kernel`).
-TRACED_WORK = re.compile(r"traced_(compute|memory)_(\d+(?:\.\d{1,3})?)us")
+#: its roofline class and its measured time (:func:`traced_kernel`); ``traced_gap_40us``: a
+#: launch gap of a trace, the GPU idle at the operating point for that long.
+TRACED_WORK = re.compile(r"traced_(compute|memory|gap)_(\d+(?:\.\d{1,3})?)us")
 #: The roofline classes a traced kernel can have.
 TRACED_CLASSES = ("compute", "memory")
+#: The class of a launch gap (not a kernel: no roofline, the time is fixed).
+TRACED_GAP = "gap"
 
 
 def traced_work_name(kind: str, time_s: float) -> str:
     """The simulated work of a traced kernel of class ``kind`` ("compute" or "memory") that
     took ``time_s``: ``traced_compute_12.5us`` (the time rounded to 1 ns, at least 1 ns)."""
-    if kind not in TRACED_CLASSES:
-        raise InputError(f"roofline class {kind!r}: must be one of {', '.join(TRACED_CLASSES)}")
+    if kind not in (*TRACED_CLASSES, TRACED_GAP):
+        raise InputError(f"roofline class {kind!r}: must be one of "
+                         f"{', '.join((*TRACED_CLASSES, TRACED_GAP))}")
     if not (math.isfinite(time_s) and time_s >= 0):
         raise InputError(f"traced kernel time {time_s!r} s: must be a finite number >= 0")
     us = f"{max(round(time_s * 1e6, 3), 0.001):.3f}".rstrip("0").rstrip(".")
@@ -270,7 +274,8 @@ def _traced_unit_time_s(kind: str, spec: SimSpec) -> float:
 
 def traced_kernel(name: str, spec: SimSpec = H200) -> SimKernel | None:
     """The simulated kernel of a traced work name (:func:`traced_work_name`), or None when
-    ``name`` is not one. A compute kernel is the calibrated 8192 GEMM, a memory kernel the
+    ``name`` is not one. A gap is the GPU idle for the traced time at any operating point (it
+    draws static power only). A compute kernel is the calibrated 8192 GEMM, a memory kernel the
     calibrated 2 GiB copy, its FLOPs and bytes scaled so that it takes the traced time at the
     default operating point (top clock, default power limit, every SM); at other clocks it
     follows that preset's roofline and power (a compute kernel slows ∝ 1/clock and is capped
@@ -281,6 +286,11 @@ def traced_kernel(name: str, spec: SimSpec = H200) -> SimKernel | None:
     kind, us = m.group(1), float(m.group(2))
     if us <= 0:
         return None
+    if kind == TRACED_GAP:
+        # the GPU waits for the host: no work, only the time, so only static power is drawn and
+        # the time does not depend on the clock
+        return SimKernel(name, overhead_s=us * 1e-6, activity=0.0, kappa="launch gap",
+                         theta=f"{us:g} us idle between kernels of the trace")
     base = _traced_template(kind)
     scale = us * 1e-6 / _traced_unit_time_s(kind, spec)
     return replace(base, name=name, flops=base.flops * scale, bytes=base.bytes * scale,
@@ -304,7 +314,7 @@ def preset(name: str) -> SimKernel:
         if traced is not None:
             return traced
         raise UnknownNameError(f"unknown simulated kernel {name!r}; known: {sorted(PRESETS)} "
-                               "and traced_compute_<T>us / traced_memory_<T>us") from None
+                               "and traced_compute_<T>us / traced_memory_<T>us / traced_gap_<T>us") from None
 
 
 @dataclass(frozen=True)
