@@ -156,6 +156,9 @@ class SimKernel:
     that launches on only that many SMs (e.g. a Triton grid of 4). ``kappa``/``theta`` name the
     implementation and workload. ``tiles``: independent work tiles (e.g. GEMM output tiles);
     when set, the last wave of tiles over n SMs may be partly empty (wave quantization).
+    ``overhead_s``: fixed time on top of the roofline; ``overhead_busy``: the front end stays
+    awake through it (a launch gap of microseconds is too short for the board to fall to its
+    ready power; the SMs idle).
     """
 
     name: str
@@ -168,6 +171,7 @@ class SimKernel:
     sm_request: int | None = None
     tiles: int | None = None
     overhead_s: float = 0.0
+    overhead_busy: bool = False
     link_bw_bps: float = 300e9
     link_sm_sat: int = 16
     kappa: str | None = None
@@ -274,8 +278,9 @@ def _traced_unit_time_s(kind: str, spec: SimSpec) -> float:
 
 def traced_kernel(name: str, spec: SimSpec = H200) -> SimKernel | None:
     """The simulated kernel of a traced work name (:func:`traced_work_name`), or None when
-    ``name`` is not one. A gap is the GPU idle for the traced time at any operating point (it
-    draws static power only). A compute kernel is the calibrated 8192 GEMM, a memory kernel the
+    ``name`` is not one. A gap is the GPU waiting for the traced time at any operating point:
+    no SM works, the front end stays awake (``overhead_busy``), so it draws the ready power plus
+    the front end's, which falls with the clock. A compute kernel is the calibrated 8192 GEMM, a memory kernel the
     calibrated 2 GiB copy, its FLOPs and bytes scaled so that it takes the traced time at the
     default operating point (top clock, default power limit, every SM); at other clocks it
     follows that preset's roofline and power (a compute kernel slows ∝ 1/clock and is capped
@@ -289,8 +294,8 @@ def traced_kernel(name: str, spec: SimSpec = H200) -> SimKernel | None:
     if kind == TRACED_GAP:
         # the GPU waits for the host: no work, only the time, so only static power is drawn and
         # the time does not depend on the clock
-        return SimKernel(name, overhead_s=us * 1e-6, activity=0.0, kappa="launch gap",
-                         theta=f"{us:g} us idle between kernels of the trace")
+        return SimKernel(name, overhead_s=us * 1e-6, overhead_busy=True, activity=0.0,
+                         kappa="launch gap", theta=f"{us:g} us between kernels of the trace")
     base = _traced_template(kind)
     scale = us * 1e-6 / _traced_unit_time_s(kind, spec)
     return replace(base, name=name, flops=base.flops * scale, bytes=base.bytes * scale,
@@ -445,7 +450,7 @@ class SimulatedGPU(Device):
         movement and HBM in proportion to the bandwidth it draws, link SMs."""
         s = self.spec
         t, t_c, _t_m, t_l = times
-        busy = t - k.overhead_s
+        busy = t if k.overhead_busy else t - k.overhead_s
         if k.tiles:   # SMs idle in the last wave draw no compute power
             waves = k.tiles / n_sm
             t_c *= waves / math.ceil(waves - 1e-9)

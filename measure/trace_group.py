@@ -72,7 +72,7 @@ STREAM_MODES = ("lanes", "serial")
 DEFAULT_MIN_GAP_S = 5e-6
 
 _COMPUTE = re.compile(r"gemm|matmul|(?<![a-z])(b|add|addb)?mm(?![a-z])|conv(?!ert)|attention|attn"
-                      r"|flash|fmha|cutlass|mma")
+                      r"|flash|fmha|cutlass|(?<![a-z])[xhi]?mma(?![a-z])")
 _COLLECTIVE = re.compile(r"nccl\w*?(allreduce|allgather|reducescatter|broadcast|alltoall|reduce)",
                          re.IGNORECASE)
 
@@ -100,9 +100,10 @@ def classify(name: str, category: str = "kernel", overrides: Mapping[str, str] |
     The first of: ``overrides`` (a part of the name → class, case-insensitive, the longest part
     that matches wins); memory for memory copies and fills (``gpu_memcpy``/``gpu_memset``);
     compute when the name has gemm, matmul, mm (as in aten::mm, bmm, addmm), conv (not
-    convert), attention, attn, flash, fmha, cutlass or mma (a GEMM with an elementwise epilogue
-    is a GEMM); memory otherwise (elementwise, copy, reduce, norm, softmax and any name not
-    recognised: most kernels of a step besides the GEMMs move data).
+    convert), attention, attn, flash, fmha, cutlass or mma as a word (xmma, hmma, imma; not the
+    "mma" inside "AdamMath") (a GEMM with an elementwise epilogue is a GEMM); memory
+    otherwise (elementwise, copy, reduce, norm, softmax and any name not recognised: most
+    kernels of a step besides the GEMMs move data).
     """
     low = name.lower()
     for part in sorted(overrides or {}, key=len, reverse=True):
@@ -119,7 +120,7 @@ def classify(name: str, category: str = "kernel", overrides: Mapping[str, str] |
 
 def _short(name: str) -> str:
     """A readable element-name part of a kernel name: ``void at::native::foo<4>(int)`` → ``foo``."""
-    s = re.sub(r"^\s*void\s+", "", name)
+    s = re.sub(r"^\s*void\s+", "", name).replace("(anonymous namespace)", "")
     s = s.split("(")[0].split("<")[0].strip() or s
     s = s.rsplit("::", 1)[-1] or s
     s = re.sub(r"[^A-Za-z0-9_.-]+", "_", s).strip("_.") or "kernel"

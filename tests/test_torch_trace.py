@@ -191,6 +191,9 @@ def test_one_profiler_step_is_read_by_its_launches(tmp_path, capsys):
     ("vectorized_layer_norm_kernel", "kernel", "memory"), ("reduce_kernel", "kernel", "memory"),
     ("convert_fp32_to_bf16", "kernel", "memory"), ("aten::mmx_unknown", "cpu_op", "memory"),
     (NCCL, "kernel", "memory"), ("something_else", "kernel", "memory"),
+    ("sm90_xmma_warpspecialized_bf16", "kernel", "compute"), ("volta_h884gemm", "kernel", "compute"),
+    ("turing_fp16_s1688hmma_128x128", "kernel", "compute"),
+    ("multi_tensor_apply_kernel<at::native::FusedAdamMathFunctor<float, 4> >", "kernel", "memory"),
 ])
 def test_classification_rule(name, cat, cls):
     assert classify(name, cat) == cls

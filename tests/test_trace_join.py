@@ -71,13 +71,13 @@ def test_a_wait_for_another_stream_is_not_a_launch_gap():
     assert [e.name for e in w.elements if e.roofline == "gap"] == ["gpu0/gap_10us"]
 
 
-def test_a_gap_idles_on_the_simulator_whatever_the_clock():
+def test_a_gap_waits_on_the_simulator_whatever_the_clock():
     g = SimulatedGPU(read_only=True)
     k = preset("traced_gap_40us")
     hi = g.kernel_state(k, OperatingPoint(sm_clock_mhz=1980))
     lo = g.kernel_state(k, OperatingPoint(sm_clock_mhz=1200))
     assert hi.time_s == pytest.approx(40e-6) and lo.time_s == pytest.approx(40e-6)
-    # static power only: lower at the lower clock (lower voltage), and below a busy kernel's
+    # no SM works: lower at the lower clock (lower voltage), and below a memory kernel
     assert lo.power_w < hi.power_w < g.kernel_state(preset("traced_memory_40us")).power_w
 
 
