@@ -33,8 +33,8 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
 from frontier.errors import UnknownNameError
 from frontier.formats import KINDS, content, validate
@@ -48,12 +48,12 @@ from .protocol import (
     time_per_invocation_s,
     wait_for_tick,
 )
+from .selftest_check import Check, SelftestWorks, Verdict, jsonable
 
 log = logging.getLogger(__name__)
 
 #: The ``format`` key of a selftest JSON report.
 FORMAT = KINDS["selftest"].tag
-Verdict = Literal["pass", "warn", "fail", "skipped"]
 #: Worst first: the report's overall verdict is the worst of its checks (skipped aside).
 SEVERITY = {"fail": 3, "warn": 2, "pass": 1, "skipped": 0}
 
@@ -76,37 +76,6 @@ READY_SPREAD_WARN = 0.05
 DEEP_IDLE_MARGIN_W = 3.0       # ready power above deep idle by at least this
 SCALING_BAND = (0.8, 1.25)     # T(n)·n / (T(all)·all) for a compute-bound element
 COMPOSITE_WARN_PCT = 1.0       # a flagged composite within this of its prediction: warn
-
-
-@dataclass(frozen=True)
-class Check:
-    """One assumption held against one measured number."""
-
-    name: str
-    assumption: str
-    verdict: Verdict
-    value: float | None = None
-    unit: str = ""
-    detail: str = ""
-    data: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready (non-finite numbers as null)."""
-        v = self.value if self.value is None or math.isfinite(self.value) else None
-        return {"name": self.name, "assumption": self.assumption, "verdict": self.verdict,
-                "value": v, "unit": self.unit, "detail": self.detail, "data": _jsonable(self.data)}
-
-
-@dataclass(frozen=True)
-class SelftestWorks:
-    """What the selftest runs: ``a`` (compute-bound: its time should scale with SMs), ``b``
-    (another element), and ``seq`` (one invocation = ``a`` then ``b``, the ⊗ composite)."""
-
-    a: Any
-    b: Any
-    seq: Any
-    a_name: str = "a"
-    b_name: str = "b"
 
 
 @dataclass(frozen=True)
@@ -139,7 +108,7 @@ class SelftestReport:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON report (``format`` = :data:`FORMAT`; fields in docs/selftest.md)."""
-        return {"format": FORMAT, "device": _jsonable(dict(self.device)),
+        return {"format": FORMAT, "device": jsonable(dict(self.device)),
                 "simulated": bool(self.device.get("simulated")), "read_only": self.read_only,
                 "verdict": self.verdict, "ok": self.ok,
                 "verdicts": {c.name: c.verdict for c in self.checks},
@@ -186,16 +155,6 @@ def _fmt(v: float | None, unit: str) -> str:
     if unit == "s" and abs(v) < 1.0:
         return f"{v * 1e3:.3g} ms"
     return f"{v:.4g} {unit}".strip()
-
-
-def _jsonable(o: Any) -> Any:
-    if isinstance(o, float):
-        return o if math.isfinite(o) else None
-    if isinstance(o, Mapping):
-        return {str(k): _jsonable(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_jsonable(v) for v in o]
-    return o
 
 
 def _worst(*verdicts: Verdict) -> Verdict:

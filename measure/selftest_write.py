@@ -31,7 +31,7 @@ from frontier.operating_point import OperatingPoint
 
 from .device import Device, DeviceError, restoring
 from .protocol import Protocol, time_per_invocation_s, wait_for_tick
-from .selftest import Check, SelftestWorks, Verdict
+from .selftest_check import Check, SelftestWorks, Verdict
 from .transitions import settle_time_s
 
 log = logging.getLogger(__name__)
