@@ -133,6 +133,12 @@ several works: ready power is calibrated once per operating point and shared; -o
     p.add_argument("--min-windows", type=int, default=3, help="fewest windows per point (default: %(default)s)")
     p.add_argument("--max-windows", type=int, default=20, help="most windows per point (default: %(default)s)")
     p.add_argument("--target-rse", type=float, default=0.01, help="stop repeating at this relative std. error of E (default: %(default)s)")
+    p.add_argument("--ready-recheck-s", type=float, default=600.0,
+                   help="re-measure ready power at an operating point after this many seconds of "
+                        "device time there (and when a resumed sweep starts); its drift is carried "
+                        "as sigma_s in the signatures; 0: never (default: %(default)s)")
+    p.add_argument("--ready-drift-tol", type=float, default=0.02,
+                   help="flag a ready-power drift (max - min) / mean beyond this (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="simulator seed")
     p.add_argument("--list", action="store_true", help="list the simulated kernel presets and exit")
     p.add_argument("-o", "--output", default=None, help="signature/frontier file to write (JSON)")
