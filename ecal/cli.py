@@ -182,9 +182,11 @@ several works: ready power is calibrated once per operating point and shared; -o
     p = sub.add_parser("check", help="compare measured composites with predictions (Eq. 23)",
                        formatter_class=fmt, epilog="examples:\n  ecal check ecal/examples/h200_compositions.json\n"
                                                    "  ecal check --pairs ecal/examples/h200_pairs.json --seed 1\n"
+                                                   "  ecal check --pairs corun.interactions.json --signatures alone.json\n"
                                                    "exit status 1 when any composite is flagged "
                                                    "(--pairs: when any pair must be characterized jointly)")
-    p.add_argument("file", help="workbook with measured composites (with --pairs: a pair workload)")
+    p.add_argument("file", help="workbook with measured composites (with --pairs: a pair workload, "
+                                "or co-runs measured on a GPU: an interaction table or signature file)")
     p.add_argument("--alpha", type=float, default=0.05,
                    help="significance level of the Eq. 23 test (two-sided; c_α = z_{1-α/2}; "
                         "default: %(default)s)")
