@@ -109,6 +109,10 @@ class FakeGPU:
     next_tick: float = 0.1
     locked_sm: tuple[int, int] | None = None
     locked_mem: tuple[int, int] | None = None
+    # A clock lock shows in nvmlDeviceGetClockInfo only this long after its setter (0: at once).
+    clock_settle_s: float = 0.0
+    sm_locked_at_s: float = 0.0
+    mem_locked_at_s: float = 0.0
     lost: bool = False
     initialized: int = 0
     fail: dict[str, int] = field(default_factory=dict)   # call name -> NVML error code
@@ -338,7 +342,8 @@ def make_fake_pynvml(gpu: FakeGPU | None = None, *, gpus: list[FakeGPU] | None =
 
     @api
     def nvmlDeviceSetGpuLockedClocks(handle, minGpuClockMHz, maxGpuClockMHz):
-        _card(handle).locked_sm = (minGpuClockMHz, maxGpuClockMHz)
+        g = _card(handle)
+        g.locked_sm, g.sm_locked_at_s = (minGpuClockMHz, maxGpuClockMHz), g.t
 
     @api
     def nvmlDeviceResetGpuLockedClocks(handle):
@@ -346,7 +351,8 @@ def make_fake_pynvml(gpu: FakeGPU | None = None, *, gpus: list[FakeGPU] | None =
 
     @api
     def nvmlDeviceSetMemoryLockedClocks(handle, minMemClockMHz, maxMemClockMHz):
-        _card(handle).locked_mem = (minMemClockMHz, maxMemClockMHz)
+        g = _card(handle)
+        g.locked_mem, g.mem_locked_at_s = (minMemClockMHz, maxMemClockMHz), g.t
 
     @api
     def nvmlDeviceResetMemoryLockedClocks(handle):
@@ -379,8 +385,10 @@ def make_fake_pynvml(gpu: FakeGPU | None = None, *, gpus: list[FakeGPU] | None =
     def nvmlDeviceGetClockInfo(handle, type):  # noqa: A002 - pynvml's parameter name
         g = _card(handle)
         if type == consts.get("NVML_CLOCK_MEM", 2):
-            return g.locked_mem[1] if g.locked_mem else g.mem_clocks[0]
-        return g.locked_sm[1] if g.locked_sm else g.sm_clocks[0]
+            settled = g.locked_mem and g.t - g.mem_locked_at_s >= g.clock_settle_s
+            return g.locked_mem[1] if settled else g.mem_clocks[0]
+        settled = g.locked_sm and g.t - g.sm_locked_at_s >= g.clock_settle_s
+        return g.locked_sm[1] if settled else g.sm_clocks[0]
 
     @api
     def nvmlDeviceGetCurrentClocksEventReasons(handle):
