@@ -133,6 +133,12 @@ several works: ready power is calibrated once per operating point and shared; -o
     p.add_argument("--min-windows", type=int, default=3, help="fewest windows per point (default: %(default)s)")
     p.add_argument("--max-windows", type=int, default=20, help="most windows per point (default: %(default)s)")
     p.add_argument("--target-rse", type=float, default=0.01, help="stop repeating at this relative std. error of E (default: %(default)s)")
+    p.add_argument("--ready-recheck-s", type=float, default=600.0,
+                   help="re-measure ready power at an operating point after this many seconds of "
+                        "device time there (and when a resumed sweep starts); its drift is carried "
+                        "as sigma_s in the signatures; 0: never (default: %(default)s)")
+    p.add_argument("--ready-drift-tol", type=float, default=0.02,
+                   help="flag a ready-power drift (max - min) / mean beyond this (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="simulator seed")
     p.add_argument("--list", action="store_true", help="list the simulated kernel presets and exit")
     p.add_argument("-o", "--output", default=None, help="signature/frontier file to write (JSON)")
@@ -176,9 +182,11 @@ several works: ready power is calibrated once per operating point and shared; -o
     p = sub.add_parser("check", help="compare measured composites with predictions (Eq. 23)",
                        formatter_class=fmt, epilog="examples:\n  ecal check ecal/examples/h200_compositions.json\n"
                                                    "  ecal check --pairs ecal/examples/h200_pairs.json --seed 1\n"
+                                                   "  ecal check --pairs corun.interactions.json --signatures alone.json\n"
                                                    "exit status 1 when any composite is flagged "
                                                    "(--pairs: when any pair must be characterized jointly)")
-    p.add_argument("file", help="workbook with measured composites (with --pairs: a pair workload)")
+    p.add_argument("file", help="workbook with measured composites (with --pairs: a pair workload, "
+                                "or co-runs measured on a GPU: an interaction table or signature file)")
     p.add_argument("--alpha", type=float, default=0.05,
                    help="significance level of the Eq. 23 test (two-sided; c_α = z_{1-α/2}; "
                         "default: %(default)s)")

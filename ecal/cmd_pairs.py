@@ -9,6 +9,18 @@ passes composes at the null context; one that fails must be characterized jointl
 Exit status: 0 when every pair may use the reduction, 1 when some must be characterized
 jointly (as ``ecal check``'s 1 = flagged), 2 on bad input.
 
+**Pairs measured on a GPU.** FILE may instead hold measured co-runs: an interaction table
+(``ecal.interactions/1``, what :func:`measure.joint.characterize_pairs` returns, saved with
+:func:`frontier.interaction_io.save_interaction_table`), or a signature file
+(``ecal.signatures/1``) whose co-run signatures carry ``meta.joint.members`` (as joint
+characterization writes them). Each co-run is held against the ⊕ prediction of its members
+measured alone at the same ω_dev and SM counts — signatures found in FILE itself and in every
+``--signatures ALONE.json`` (``ecal characterize ... -o``; the element is a key's part before
+its first ``@``). Only the runtime test applies (a joint characterization measures co-runs);
+nothing is measured, so ``--device`` and ``--seed`` do not apply::
+
+    ecal check --pairs pairs_h200.interactions.json --signatures alone_h200.json
+
 **Workload file** (JSON)::
 
     {"schema_version": 1,
@@ -79,6 +91,10 @@ def add_pairs_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="sim",
                         help="with --pairs: sim (one simulated H200 per workload device, default)")
     parser.add_argument("--seed", type=int, default=0, help="with --pairs: simulator seed")
+    parser.add_argument("--signatures", action="append", default=None, metavar="ALONE.json",
+                        help="with --pairs on measured co-runs (an interaction table or a signature "
+                             "file): the elements measured alone (ecal characterize -o); repeat for "
+                             "several files (default: only the signatures in FILE)")
 
 
 def _int(file: str, path: str, v: Any, lo: int, hi: int) -> int:
@@ -237,7 +253,8 @@ def open_devices(spec: str, names: list[str], seed: int) -> dict[str, Any]:
         raise DeviceError(f"--device {spec!r}: ecal check --pairs runs the simulator's presets "
                           "(--device sim); on a GPU, measure pairs of your own work with "
                           "measure.joint.characterize_pairs over an NVMLDevice (its run_parallel; "
-                          "experiments/corun_splits_real.py is an example)")
+                          "experiments/corun_splits_real.py is an example), then check them here: "
+                          "ecal check --pairs TABLE.json --signatures ALONE.json")
     return {n: SimulatedGPU(seed=seed) for n in names}
 
 
@@ -256,8 +273,89 @@ def run_pairs(workload: PairWorkload, seed: int = 0, alpha: float = 0.05, device
     return out
 
 
-def report_dict(verdicts: list, args: argparse.Namespace) -> dict[str, Any]:
-    """The ``--json`` document."""
+@dataclass(frozen=True)
+class MeasuredPairs:
+    """Co-runs measured elsewhere (:class:`~frontier.interaction.InteractionEntry` each) and the
+    alone signatures to hold them against (file key → signature)."""
+
+    coruns: tuple[Any, ...]
+    alone: dict[str, Any]
+    files: tuple[str, ...]
+
+
+def measured_kind(doc: Any) -> str | None:
+    """``"interactions"`` or ``"signatures"`` when ``doc`` is such a file, else None (a pair
+    workload, or something its parser refuses)."""
+    from frontier.formats import KINDS
+    from frontier.interaction_io import LEGACY_FORMAT
+
+    if not isinstance(doc, dict):
+        return None
+    fmt = doc.get("format")
+    if fmt in (KINDS["interactions"].tag, LEGACY_FORMAT):
+        return "interactions"
+    if fmt == KINDS["signatures"].tag:
+        return "signatures"
+    return None
+
+
+def _joint_entry(file: str, key: str, sig: Any, simulated: bool) -> Any:
+    """An interaction entry from a co-run signature that carries ``meta.joint.members``."""
+    from frontier.interaction import InteractionEntry, PairKey, Provenance
+
+    members = (sig.meta.get("joint") or {}).get("members")
+    path = f"signatures.{key}.meta.joint.members"
+    if (not isinstance(members, list) or len(members) != 2
+            or not all(isinstance(m, dict) and isinstance(m.get("element"), str) for m in members)):
+        raise FormatError(file, path, "must be two {element, sm_count} objects")
+    try:
+        pk = PairKey.of(members[0]["element"], members[0].get("sm_count"),
+                        members[1]["element"], members[1].get("sm_count"), sig.omega.dev)
+        dev = sig.meta.get("device")
+        return InteractionEntry(pk, sig.with_(omega=sig.omega.dev),
+                                Provenance(str(dev) if dev is not None else "?",
+                                           bool(sig.meta.get("simulated", simulated))))
+    except (ValueError, TypeError) as exc:
+        raise FormatError(file, path, str(exc)) from None
+
+
+def load_measured(file: str, doc: Any, signature_files: list[str] | None) -> MeasuredPairs:
+    """Co-runs from ``file`` (an interaction table, or a signature file's co-run signatures)
+    and alone signatures from ``file`` and ``signature_files``."""
+    from frontier.interaction_io import table_from_dict
+    from frontier.io import load_signatures, parse_signatures, signature_file_body
+
+    alone: dict[str, Any] = {}
+    coruns: list[Any] = []
+    if measured_kind(doc) == "interactions":
+        coruns = list(table_from_dict(doc, file))
+    else:
+        body = signature_file_body(file, doc)
+        simulated = bool((body.get("meta") or {}).get("simulated", False))
+        for key, sig in parse_signatures(file, body).items():
+            if "joint" in sig.meta:
+                coruns.append(_joint_entry(file, key, sig, simulated))
+            else:
+                alone[key] = sig
+    for f in signature_files or []:
+        for key, sig in load_signatures(f).items():
+            if "joint" not in sig.meta:
+                alone.setdefault(key, sig)
+    if not coruns:
+        raise FormatError(file, "signatures", "no co-run signature (one whose meta.joint names its "
+                                              "two members): nothing to check")
+    return MeasuredPairs(tuple(coruns), alone, (file, *(signature_files or [])))
+
+
+def report_dict(verdicts: list, args: argparse.Namespace,
+                measured: MeasuredPairs | None = None) -> dict[str, Any]:
+    """The ``--json`` document (``measured``: the co-runs were read from files, not run)."""
+    if measured is not None:
+        return {"workload": str(args.file), "measured": True, "files": list(measured.files),
+                "alpha": args.alpha, "simulated": all(v.simulated for v in verdicts),
+                "pairs": [v.to_dict() for v in verdicts],
+                "may_use_reduction": [v.label for v in verdicts if v.may_use_reduction],
+                "characterize_jointly": [v.label for v in verdicts if not v.may_use_reduction]}
     return {"workload": str(args.file), "device": args.device, "seed": args.seed,
             "alpha": args.alpha, "simulated": all(v.simulated for v in verdicts),
             "pairs": [v.to_dict() for v in verdicts],
@@ -277,18 +375,34 @@ def cmd_check_pairs(args: argparse.Namespace) -> int:
     if getattr(args, "bias_aware", False):
         raise UsageError("--bias-aware does not apply to --pairs: the pair tests always grant "
                          "the Eq. 13 allowance (see frontier/insensitivity.py)")
-    wl = load_workload(args.file)
-    verdicts = run_pairs(wl, seed=args.seed, alpha=args.alpha, device=args.device)
+    from frontier.files import read_json
+    from measure.pairs import measured_pair_verdicts
+
+    doc = read_json(args.file)
+    measured = None
+    description = ""
+    if measured_kind(doc) is not None:
+        measured = load_measured(str(args.file), doc, getattr(args, "signatures", None))
+        verdicts = measured_pair_verdicts(measured.coruns, measured.alone, alpha=args.alpha)
+        where = f"measured co-runs, alone signatures from {', '.join(measured.files)}"
+    else:
+        if getattr(args, "signatures", None):
+            raise UsageError("--signatures goes with measured co-runs (an interaction table or a "
+                             "signature file), not with a pair workload, whose elements are measured here")
+        wl = parse_workload(doc, str(args.file))
+        description = wl.description
+        verdicts = run_pairs(wl, seed=args.seed, alpha=args.alpha, device=args.device)
+        where = f"seed {args.seed}"
     joint = [v for v in verdicts if not v.may_use_reduction]
     if args.json:
-        dump_json(report_dict(verdicts, args))
+        dump_json(report_dict(verdicts, args, measured))
     else:
         sim = " — SIMULATED H200 (physics model, not real hardware)" if all(
             v.simulated for v in verdicts) else ""
-        print(f"{args.file}: {len(verdicts)} pair(s), seed {args.seed}, "
+        print(f"{args.file}: {len(verdicts)} pair(s), {where}, "
               f"alpha={args.alpha:g}{sim}")
-        if wl.description:
-            print(wl.description)
+        if description:
+            print(description)
         for v in verdicts:
             print(v.summary())
         ok = [v.label for v in verdicts if v.may_use_reduction]

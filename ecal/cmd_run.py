@@ -25,8 +25,18 @@ factory is called once, outside every window; a simulated preset on ``--device s
 plan's ω, step after step, measured with the tick-aligned protocol until the target relative
 standard error; then the same step with every task at the top clock and power limit (the
 baseline, ``--no-baselines`` skips it): measured T and E ± σ against the prediction, Eq. 23,
-and the measured saving. A real GPU runs single-device plans (a chain or a DAG on one
-device); a multi-GPU plan runs in your own launcher (``measure.PlanApplier.from_schedule``).
+and the measured saving. ``--device nvml:N`` runs a single-device plan (a chain or a DAG on
+one device) on GPU N.
+
+**Several GPUs: ``--device nvml:0,1,2,3``.** One GPU index per plan device, in the plan's
+device order (a list of another length, or an index named twice, is refused before anything
+runs). Each GPU gets its own worker process, which takes that GPU's lock, journals its card
+state before any change and restores it at the end, on an error, on SIGINT/SIGTERM, or when
+another GPU's worker fails (:mod:`execution.multi_gpu`). All start each step at a common
+barrier; a task waits for its predecessors on other GPUs (the place of your communication);
+each GPU's energy is read with the tick-aligned protocol; Eq. 23 is tested per GPU and for the
+step, and the result has the same form as a ``--device sim`` run's. In a training job of your
+own, apply a plan per rank with ``measure.PlanApplier.from_schedule`` instead.
 
 **What happened.** Below the table: ``deadline D ms: met, X ms to spare`` or ``deadline D ms:
 MISSED by X ms (Y %)`` — the measured step (mean over the measured steps) against the deadline
@@ -37,13 +47,15 @@ then the last line, ``result: ...``, says what went wrong or that nothing did.
 Exit status: 0 when the plan's measured step met its deadline and none of the plan's Eq. 23
 tests flagged (its step, its devices); 1 when the deadline was missed or one of them flagged
 (the run itself completed: a deviation is a result, and ``-o`` is written); 2 on bad input; 3
-when your work raised (the GPU restored). A baseline's own flags are shown (and noted on the
+when your work raised (the GPU restored) or, on several GPUs, when one GPU's worker failed or
+was killed (one line names that GPU; the others were stopped and restored; nothing written). A baseline's own flags are shown (and noted on the
 last line) but are not the plan's: they do not change the status.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 # The execution layer (and with it the solvers, scipy) is imported when a run starts, not
@@ -58,7 +70,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                                 "demo/plan.json from ecal demo)")
     p.add_argument("--device", default="sim",
                    help="sim: one simulated H200 per plan device (default); nvml:INDEX: a real "
-                        "GPU (a plan made from a workload file; single-device plans)")
+                        "GPU (a plan made from a workload file; single-device plans); "
+                        "nvml:I,J,...: one GPU per plan device, in order, one worker process each")
     p.add_argument("--workload", default=None,
                    help="the workload file the plan was made from (default: the one the plan "
                         "records): its elements' work is what runs")
@@ -85,7 +98,8 @@ def _check_device(device: str, workload: str | None, recorded: bool) -> None:
                                 "(--workload FILE, whose elements name their work); the demo's "
                                 "plans run on --device sim")
         return
-    raise RunInputError(f"--device {device!r}: use sim (simulated H200s) or nvml:INDEX")
+    raise RunInputError(f"--device {device!r}: use sim (simulated H200s), nvml:INDEX or "
+                        "nvml:INDEX,INDEX,... (one GPU per plan device)")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -106,10 +120,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.microbatches is not None and args.workload is None:
         raise UsageError("--microbatches applies with --workload")
     if args.workload is not None or recorded:
-        res = run_plan_with_workload(args.plan, args.workload, device=args.device,
-                                     seed=args.seed, target_rse=args.target_rse,
-                                     baselines=not args.no_baselines,
-                                     microbatches=args.microbatches)
+        from execution.multi_gpu import GpuWorkerError
+
+        try:
+            res = run_plan_with_workload(args.plan, args.workload, device=args.device,
+                                         seed=args.seed, target_rse=args.target_rse,
+                                         baselines=not args.no_baselines,
+                                         microbatches=args.microbatches)
+        except GpuWorkerError as exc:
+            print(f"ecal run: error: {exc}", file=sys.stderr)
+            return 3
     else:
         res = run_plan_file(args.plan, seed=args.seed, target_rse=args.target_rse,
                             baselines=not args.no_baselines)

@@ -188,6 +188,19 @@ def _protocol_of(args: argparse.Namespace) -> Any:
                             max_windows=args.max_windows, target_rse=args.target_rse)
 
 
+def _recheck_of(args: argparse.Namespace) -> Any:
+    """How the sweep re-measures ready power (``--ready-recheck-s``, ``--ready-drift-tol``)."""
+    from measure.ready_drift import ReadyRecheck
+
+    every = getattr(args, "ready_recheck_s", 600.0)
+    tol = getattr(args, "ready_drift_tol", 0.02)
+    if not every >= 0:
+        raise UsageError(f"--ready-recheck-s must be >= 0 (0: never), got {every:g}")
+    if not tol >= 0:
+        raise UsageError(f"--ready-drift-tol must be >= 0, got {tol:g}")
+    return ReadyRecheck(every_s=every or None, tolerance=tol)
+
+
 def _results_paths(base: str | None, names: list[str]) -> list[str | None]:
     """One results file per element: ``base`` itself for one work; ``R.<element>.jsonl`` (the
     element's name made file-safe) beside ``base`` for several."""
@@ -243,6 +256,7 @@ def cmd_characterize(args: argparse.Namespace) -> int:
         return 0
     check_outputs(args, "-o", "--plot")
     protocol = _protocol_of(args)
+    recheck = _recheck_of(args)
     specs = list(args.work)
     if args.name is not None and len(args.name) != len(specs):
         raise UsageError(f"--name given {len(args.name)} time(s) for {len(specs)} work(s): give one "
@@ -300,7 +314,8 @@ def cmd_characterize(args: argparse.Namespace) -> int:
         cache = measure.ReadyPowerCache()
         results = [_with_preset_work(measure.characterize(
                        work, device=device, grid=grid, results_path=rp, protocol=protocol,
-                       progress=progress, name=name, ready_cache=cache), spec)
+                       progress=progress, name=name, ready_cache=cache,
+                       ready_recheck=recheck), spec)
                    for (spec, work, _), name, rp in zip(loaded, names, results_paths)]
         res = results[0]
         where = "simulated H200" if res.simulated else str(res.meta.get("device", args.device))
@@ -319,6 +334,11 @@ def cmd_characterize(args: argparse.Namespace) -> int:
                 head = (f"{r.element} on {where}: {len(r.signatures)} point(s) measured, "
                         f"{len(r.frontier_signatures())} on the (T, E) frontier")
                 parts.append(head if r.frontier is None else f"{head}\n{r.frontier.to_table()}")
+            for r in results:
+                for label, d in (r.meta.get("ready_drift") or {}).items():
+                    parts.append(f"ready power at {label}: {len(d['readings_w'])} readings, "
+                                 f"sigma_s {d['sigma_s_w']:.2f} W, spread {d['spread']:.1%}"
+                                 + (f" -- DRIFT beyond {d['tolerance']:.0%}" if d["flagged"] else ""))
             if len(results) > 1:
                 parts.append(f"ready power: {cache.calibrations} calibration(s) "
                              f"({cache.calibration_time_s:.1f} s of device time), reused "

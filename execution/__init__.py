@@ -14,7 +14,9 @@ it, and ``ecal`` (the command line) is a thin shell over it.
 * :mod:`execution.workload` — the workload file (``ecal.workload/1``) → a planning problem.
 * :mod:`execution.schedule` — a plan → the schedule file (:mod:`measure.schedule`) a
   training loop applies.
-* :mod:`execution.runnable` — plan files that name their workload, and running them.
+* :mod:`execution.runnable` — plan files that name their workload, and running them;
+  :mod:`execution.multi_gpu` — a multi-device plan on real GPUs, one worker process per GPU
+  (``ecal run --device nvml:0,1,2,3``; the worker: :mod:`execution.gpu_worker`).
 * :mod:`execution.localize` — trace a run's deviations and measure co-runs jointly.
 """
 

@@ -70,6 +70,7 @@ class Kernel(Strict):
     sm_request: Count | None = _default("sm_request")
     tiles: Count | None = _default("tiles")
     overhead_s: NonNegative = _default("overhead_s")
+    overhead_busy: bool = _default("overhead_busy")
     link_bw_bps: NonNegative = _default("link_bw_bps")
     link_sm_sat: Count = _default("link_sm_sat")
     kappa: str | None = _default("kappa")

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -70,7 +71,7 @@ class _Runner:
 
     def set_op(self, gpu: Device, op: OperatingPoint | None) -> float:
         """Set ω_dev when it differs from what is in force; the settle time paid (virtual s)."""
-        if op is None or _merged(gpu.get_operating_point(), op) == gpu.get_operating_point().dev:
+        if op is None or merged_operating_point(gpu.get_operating_point(), op) == gpu.get_operating_point().dev:
             return 0.0
         t0 = gpu.time_s()
         gpu.set_operating_point(op)
@@ -112,7 +113,7 @@ class _Runner:
         return runs, max(end), finish
 
 
-def _merged(cur: OperatingPoint, op: OperatingPoint) -> OperatingPoint:
+def merged_operating_point(cur: OperatingPoint, op: OperatingPoint) -> OperatingPoint:
     """ω_dev that setting ``op`` over ``cur`` results in (unset knobs keep their value)."""
     return OperatingPoint(
         op.sm_clock_mhz if op.sm_clock_mhz is not None else cur.sm_clock_mhz,
@@ -203,7 +204,6 @@ def run_plan(plan: Plan, problem: Problem, work: WorkTable, *, seed: int = 0,
         raise ExecutionError(f"warmup_steps must be >= 0, got {warmup_steps!r}")
     choice = chosen_options(plan, problem)
     works = _works(problem, choice, work)
-    preds = predict_devices(plan, problem)
     ix = problem.index
     names = list(ix.devices)
     co_runs = sorted({ix.device[i] for i, w in enumerate(works) if isinstance(w, TaskWork)})
@@ -214,39 +214,78 @@ def run_plan(plan: Plan, problem: Problem, work: WorkTable, *, seed: int = 0,
     with contextlib.ExitStack() as stack:   # never leave a device changed (issue 18)
         for g in gpus.values():
             stack.enter_context(restoring(g))
-        ready_w, tasks, windows, step_e, step_t, dev_e, dev_t, k = _measure_steps(
-            runner, names, protocol, warmup_steps)
+        measured = Measured(*_measure_steps(runner, names, protocol, warmup_steps))
 
+    simulated = all(getattr(g, "simulated", False) for g in gpus.values())
+    kind = next(iter(gpus.values())).name if gpus else "none"
+    return execution_result(plan, problem, choice, measured, protocol=protocol,
+                            warmup_steps=warmup_steps, alpha=alpha, seed=seed,
+                            simulated=simulated, device_kind=kind,
+                            task_temps_c=runner.task_temps_c)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What the measured steps of one plan run gave, on any number of devices: each
+    device's ready power (W), the task runs and counter windows of every measured step, the
+    step energies and makespans, each device's energy and finish per step, and the number
+    of measured steps. :func:`execution_result` holds it against the plan."""
+
+    ready_power_w: dict[str, float]
+    tasks: list[TaskRun]
+    windows: list[DeviceWindow]
+    step_energies_j: list[float]
+    step_times_s: list[float]
+    device_energies_j: dict[str, list[float]]
+    device_times_s: dict[str, list[float]]
+    n_steps: int
+
+
+def execution_result(plan: Plan, problem: Problem, choice: list[int], m: Measured, *,
+                     protocol: Protocol, warmup_steps: int, alpha: float, seed: int,
+                     simulated: bool, device_kind: str,
+                     task_temps_c: Mapping[str, list[float]] | None = None,
+                     meta: Mapping[str, Any] | None = None) -> ExecutionResult:
+    """The :class:`ExecutionResult` of ``plan`` (made for ``problem``, its chosen options
+    ``choice``) from what its steps measured: Eq. 23 per device (Bonferroni over the
+    devices) and for the step, the switches made against those planned. The one result
+    model of every run, simulated (:func:`run_plan`) or over several real GPUs
+    (:mod:`execution.multi_gpu`); ``meta`` adds keys to the result's ``meta``."""
+    ix = problem.index
+    names = list(ix.devices)
+    temps = dict(task_temps_c or {})
+    preds = predict_devices(plan, problem)
     # a plan made with a calibration (ecal tune) predicts model + measured offset, σ of both
     cal = plan_calibration(plan)
     step_pred = calibrated(DevicePrediction(plan.makespan_s, plan.sd_makespan_s, plan.energy_j,
                                             plan.sd_energy_j), cal.step)
     preds = {d: calibrated(p, cal.device(d)) for d, p in preds.items()}
-    step = _compare("step", step_pred, step_t, step_e, alpha, 1)
-    per_dev = tuple(_compare(d, preds[d], dev_t[d], dev_e[d], alpha, len(names)) for d in names)
-    switches = {d: tuple(r.switch_s for r in tasks if r.step == 0 and r.device == d and r.switch_s > 0)
-                for d in names}
+    step = _compare("step", step_pred, m.step_times_s, m.step_energies_j, alpha, 1)
+    per_dev = tuple(_compare(d, preds[d], m.device_times_s[d], m.device_energies_j[d], alpha,
+                             len(names)) for d in names)
+    switches = {d: tuple(r.switch_s for r in m.tasks
+                         if r.step == 0 and r.device == d and r.switch_s > 0) for d in names}
     tau = ix.switch_tau(choice)
     planned_sw = {d: float(sum(tau[i] for i in ix.dev_seq.get(d, []))) for d in names}
-    simulated = all(getattr(g, "simulated", False) for g in gpus.values())
-    kind = next(iter(gpus.values())).name if gpus else "none"
-    rse = relative_se(step_e)
+    rse = relative_se(m.step_energies_j)
     planned_tasks = {t.name: {"device": t.device, "start_s": t.start_s, "end_s": t.end_s,
                               "time_s": t.time_s, "energy_j": t.energy_j} for t in plan.tasks}
     deadline = plan.target_deadline_s
     p_meet = plan.p_meets_deadline
     return ExecutionResult(
-        plan=plan.problem, method=plan.method, simulated=simulated, device_kind=kind, seed=int(seed),
-        target_rse=protocol.target_rse, rse_energy=rse, converged=rse <= protocol.target_rse,
-        n_steps=k, warmup_steps=int(warmup_steps), alpha=float(alpha), step=step, devices=per_dev,
-        tasks=tuple(tasks), windows=tuple(windows), switches_s=switches, planned_switch_s=planned_sw,
-        meta={"ready_power_w": ready_w, "protocol": protocol.to_dict(),
-              "temperature_c": _device_means(runner.task_temps_c, problem),
-              "task_temperature_c": {t: float(np.mean(v)) for t, v in runner.task_temps_c.items()},
-              "step_energies_j": step_e, "step_times_s": step_t, "planned_tasks": planned_tasks,
-              "bonferroni_devices": len(names),
+        plan=plan.problem, method=plan.method, simulated=simulated, device_kind=device_kind,
+        seed=int(seed), target_rse=protocol.target_rse, rse_energy=rse,
+        converged=rse <= protocol.target_rse, n_steps=m.n_steps, warmup_steps=int(warmup_steps),
+        alpha=float(alpha), step=step, devices=per_dev, tasks=tuple(m.tasks),
+        windows=tuple(m.windows), switches_s=switches, planned_switch_s=planned_sw,
+        meta={"ready_power_w": m.ready_power_w, "protocol": protocol.to_dict(),
+              "temperature_c": _device_means(temps, problem),
+              "task_temperature_c": {t: float(np.mean(v)) for t, v in temps.items()},
+              "step_energies_j": m.step_energies_j, "step_times_s": m.step_times_s,
+              "planned_tasks": planned_tasks, "bonferroni_devices": len(names),
               **({} if cal.is_null else {"calibration": cal.to_dict()}),
-              "device_time": "finish of the device's last task; energy over the whole step"},
+              "device_time": "finish of the device's last task; energy over the whole step",
+              **dict(meta or {})},
         deadline_s=None if deadline is None else float(deadline),
         predicted_p_meets_deadline=None if p_meet is None else float(p_meet))
 

@@ -32,6 +32,8 @@ from solvers.model import ConstantTransition, Problem
 from solvers.plan import Plan
 
 from .baselines import all_max_plan, read_baselines
+from .multi_gpu import parse_gpu_list
+from .predict import chosen_options
 from .results import ExecutionResult
 from .run import run_plan, simulated_devices
 from .savings import PlanComparison, savings
@@ -220,14 +222,32 @@ def run_plan_file(plan_file: str | os.PathLike, *, seed: int = 0, target_rse: fl
 def open_run_devices(names: list[str], spec: str, seed: int, nvml: object | None = None
                      ) -> dict[str, Device]:
     """One device per plan device: simulated H200s (``spec`` ``"sim"``), or the one real GPU
-    ``spec`` names for a single-device plan."""
+    ``spec`` names for a single-device plan (a multi-GPU plan runs on ``nvml:I,J,...``:
+    :mod:`execution.multi_gpu`)."""
     if spec == "sim":
         return simulated_devices(names, seed)
+    if parse_gpu_list(spec) is not None:
+        raise RunInputError(f"--device {spec}: a list of GPUs runs a plan with ecal run (one "
+                            "worker process per GPU); here give sim or nvml:INDEX")
     if len(names) != 1:
-        raise RunInputError(f"--device {spec}: this plan spans {len(names)} devices "
-                            f"({', '.join(names)}); a real GPU runs single-device plans here; run a "
-                            "multi-GPU plan in your launcher with measure.PlanApplier.from_schedule")
+        raise RunInputError(f"--device {spec} runs single-device plans; this plan spans "
+                            f"{len(names)} devices ({', '.join(names)}): give one GPU per plan "
+                            f"device, in order: --device nvml:{','.join(map(str, range(len(names))))}")
     return {names[0]: open_device(spec, nvml=nvml)}
+
+
+def element_work_specs(wl: Workload, workload_file: str) -> dict[str, str]:
+    """Each element's work (``module:factory``) of the workload's tasks; refuses an element
+    without one (:class:`RunInputError`), before anything is run or called."""
+    out: dict[str, str] = {}
+    for el in dict.fromkeys(wl.task_elements.values()):
+        spec = wl.works.get(el)
+        if spec is None:
+            raise RunInputError(f"{workload_file}: elements.{el}: no work to run; add "
+                                '"work": "module:factory" (what ecal characterize measured) to '
+                                "the workload, or give --workload FILE naming one that has it")
+        out[el] = spec
+    return out
 
 
 def workload_work_table(wl: Workload, gpus: Mapping[str, Device], workload_file: str
@@ -237,12 +257,7 @@ def workload_work_table(wl: Workload, gpus: Mapping[str, Device], workload_file:
     Each element's work is resolved once (a factory called once, on the first device)."""
     first = next(iter(gpus.values()))
     resolved: dict[str, CallableWork] = {}
-    for el in dict.fromkeys(wl.task_elements.values()):
-        spec = wl.works.get(el)
-        if spec is None:
-            raise RunInputError(f"{workload_file}: elements.{el}: no work to run; add "
-                                '"work": "module:factory" (what ecal characterize measured) to '
-                                "the workload, or give --workload FILE naming one that has it")
+    for el, spec in element_work_specs(wl, workload_file).items():
         work = load_work(spec, device=first).work
         if isinstance(work, Mapping):
             raise RunInputError(f"{workload_file}: elements.{el}: work {spec!r} gives one callable "
@@ -255,13 +270,15 @@ def workload_work_table(wl: Workload, gpus: Mapping[str, Device], workload_file:
 def run_plan_with_workload(plan_file: str | os.PathLike, workload_file: str | os.PathLike | None
                            = None, *, device: str = "sim", seed: int = 0,
                            target_rse: float = 0.01, baselines: bool = True,
-                           microbatches: int | None = None,
-                           nvml: object | None = None) -> ExecutionResult | PlanComparison:
+                           microbatches: int | None = None, nvml: object | None = None,
+                           opener: Any = None) -> ExecutionResult | PlanComparison:
     """Run a plan ``ecal plan WORKLOAD -o PLAN`` wrote with its workload's own work: an
     :class:`ExecutionResult`, or a :class:`PlanComparison` against the all-top-clock
     baseline. ``workload_file`` None: the workload the plan file records (with the overrides
     it was planned with); given: that file, with ``microbatches``. Devices are restored and
-    closed whatever happens."""
+    closed whatever happens. ``device`` ``"nvml:I,J,..."`` runs a multi-device plan with one
+    worker process per GPU (:mod:`execution.multi_gpu`; ``opener`` opens a GPU there, by
+    default through NVML); ``nvml`` injects a pynvml-like module for a single GPU."""
     file, doc = _plan_doc(plan_file)
     plan = Plan.from_dict(doc, file)
     if workload_file is None:
@@ -271,10 +288,14 @@ def run_plan_with_workload(plan_file: str | os.PathLike, workload_file: str | os
                                 "(the workload file ecal plan was given)")
         path = ref.locate(file)
         log.info("running %s with its recorded workload %s", file, os.fspath(path))
-        wl, wl_name = ref.load(path), os.fspath(path)
     else:
-        wl, wl_name = load_workload(workload_file, microbatches=microbatches), os.fspath(workload_file)
+        ref, path = WorkloadRef.of(workload_file, microbatches=microbatches), Path(workload_file)
+    wl, wl_name = ref.load(path), os.fspath(path)
     problem = wl.problem
+    indices = parse_gpu_list(device)
+    if indices is not None:
+        return _run_on_gpus(plan, wl, ref, wl_name, indices, device, target_rse=target_rse,
+                            baselines=baselines, opener=opener)
     gpus = open_run_devices(list(problem.index.devices), device, seed, nvml)
     try:
         table = workload_work_table(wl, gpus, wl_name)
@@ -288,3 +309,27 @@ def run_plan_with_workload(plan_file: str | os.PathLike, workload_file: str | os
     finally:
         for g in gpus.values():
             g.close()
+
+
+def _run_on_gpus(plan: Plan, wl: Workload, ref: WorkloadRef, wl_name: str, indices: tuple[int, ...],
+                 device: str, *, target_rse: float, baselines: bool,
+                 opener: Any) -> ExecutionResult | PlanComparison:
+    """The plan (and its all-top-clock baseline) on one worker process per GPU."""
+    from .multi_gpu import map_gpus, run_plans_on_gpus
+
+    problem = wl.problem
+    gpus = map_gpus(device, indices, list(problem.index.devices))
+    element_work_specs(wl, wl_name)          # refuse a missing work before any GPU is opened
+    chosen_options(plan, problem)            # ... and a plan made for another problem
+    plans = [plan] + ([all_max_plan(problem, plan.target_deadline_s)] if baselines else [])
+    elements = [wl.task_elements[t.name] for t in problem.tasks]
+    at = WorkloadRef.of(wl_name, microbatches=ref.microbatches, idle_power_w=ref.idle_power_w,
+                        transition_time_s=ref.transition_time_s,
+                        transition_energy_j=ref.transition_energy_j)
+    main, *rest = run_plans_on_gpus(plans, problem, gpus, workload_ref=at,
+                                    workload_path=os.path.abspath(wl_name), elements=elements,
+                                    protocol=Protocol(target_rse=target_rse), opener=opener)
+    if not rest:
+        return main
+    base = rest[0]
+    return PlanComparison(main, {"all_max": base}, (savings(main, base, "all_max"),))

@@ -15,9 +15,12 @@ hand or an older file holds (all field names carry SI units)::
                                       #   run_sd_time_s (per-run spread, divided by sqrt(n));
                                       #   sd_* and var_* together must agree (var_* wins)
      "sd_energy_j": 0.004,            # the same for E (sd_energy_j / var_energy_j2 / run_sd_energy_j)
+     "sd_s_w": 2.5,                   # optional: σ_s, the drift of the static power, W (or
+                                      #   var_s_w2; written only when not 0)
      "n": 5, "devices": ["gpu0"], "omega": {"sm_clock_mhz": 1410},
      "kappa": "cuBLAS", "theta": "bf16 8192^3", "meta": {...},
      "composed": true, "terms": {leaf key: {var_time_s2, var_d_j2, dT_dT, dE_dT, dE_dd}},
+     "static_terms": {leaf key: {var_s_w2, dE_ds, dd_ds}},   # only leaves with a known σ_s
      "extra_var_time_s2": 0.0, ...}   # composites only (what the writer adds)
 
 or raw runs instead of the values: ``{"s_w": 123.0, "runs": {"times_s": [...], "energies_j":
@@ -39,9 +42,11 @@ import numpy as np
 
 from .errors import EnergyCalculusError, FormatError, InvalidSignatureError
 from .operating_point import OperatingPoint
-from .signature import Signature, Term
+from .signature import Signature, StaticTerm, Term
 
 _TERM_FIELDS = ("var_time_s2", "var_d_j2", "dT_dT", "dE_dT", "dE_dd")
+#: A static term's fields (``static_terms``: written only for leaves with a known σ_s).
+_STATIC_FIELDS = ("var_s_w2", "dE_ds", "dd_ds")
 _COMPOSED_FLOATS = ("extra_var_time_s2", "extra_var_energy_j2", "bias_sigma_j", "head_sigma_j",
                     "all_sigma_j", "runtime_sigma_j")
 
@@ -49,9 +54,9 @@ _COMPOSED_FLOATS = ("extra_var_time_s2", "extra_var_energy_j2", "bias_sigma_j", 
 LEAF_FIELDS = frozenset({
     "name", "s_w", "time_s", "energy_j", "d_j", "sd_time_s", "sd_energy_j", "var_time_s2",
     "var_energy_j2", "run_sd_time_s", "run_sd_energy_j", "n", "devices", "omega", "kappa",
-    "theta", "meta", "runs", "description"})
+    "theta", "meta", "runs", "description", "var_s_w2", "sd_s_w"})
 #: Every field :func:`signature_from_dict` reads: the leaf fields plus what a composite carries.
-SIGNATURE_FIELDS = LEAF_FIELDS | {"composed", "terms", *_COMPOSED_FLOATS}
+SIGNATURE_FIELDS = LEAF_FIELDS | {"composed", "terms", "static_terms", *_COMPOSED_FLOATS}
 
 
 # -- field readers (shared with frontier.io's workbook reader) ----------------------------------
@@ -250,11 +255,26 @@ def signature_to_dict(sig: Signature) -> dict[str, Any]:
         "meta": _jsonable(dict(sig.meta)),
         "composed": bool(sig.composed),
     }
+    if sig.var_s_w2:
+        out["var_s_w2"] = sig.var_s_w2
+        out["sd_s_w"] = sig.sd_s_w
     if sig.composed:
         out["terms"] = {k: {f: getattr(t, f) for f in _TERM_FIELDS} for k, t in sig.terms.items()}
+        if sig.static_terms:
+            out["static_terms"] = {k: {f: getattr(t, f) for f in _STATIC_FIELDS}
+                                   for k, t in sig.static_terms.items()}
         for f in _COMPOSED_FLOATS:
             out[f] = getattr(sig, f)
     return out
+
+
+def _var_s(file: str, path: str, d: Mapping) -> dict[str, float]:
+    """``{"var_s_w2": σ²_s}`` from ``var_s_w2`` (wins) or ``sd_s_w``; {} when neither."""
+    if d.get("var_s_w2") is not None:
+        return {"var_s_w2": _num(file, f"{path}.var_s_w2", d["var_s_w2"])}
+    if d.get("sd_s_w") is not None:
+        return {"var_s_w2": _num(file, f"{path}.sd_s_w", d["sd_s_w"]) ** 2}
+    return {}
 
 
 def _d_j(file: str, path: str, d: Mapping, s: float, t: float) -> float:
@@ -279,6 +299,7 @@ def _leaf(file: str, path: str, d: Mapping, nm: str) -> Signature:
         raise FormatError(file, f"{path}.s_w", "missing (static power of the device(s), W)")
     s = _num(file, f"{path}.s_w", d["s_w"])
     kw = _common_kwargs(file, path, d)
+    kw.update(_var_s(file, path, d))
     if "runs" in d:
         clash = sorted(set(d) & {"time_s", "energy_j", "d_j", "n", "sd_time_s", "sd_energy_j"})
         if clash:
@@ -314,11 +335,22 @@ def _composite(file: str, path: str, d: Mapping, leaf: Signature) -> Signature:
             if f not in tv:
                 raise FormatError(file, f"{tp}.{f}", "missing")
         terms[str(k)] = Term(*(_num(file, f"{tp}.{f}", tv[f], nonneg=False) for f in _TERM_FIELDS))
+    static = {}
+    raw_s = d.get("static_terms")
+    if raw_s is not None:
+        for k, tv in _obj(file, f"{path}.static_terms", raw_s).items():
+            tp = f"{path}.static_terms.{k}"
+            tv = _obj(file, tp, tv)
+            for f in _STATIC_FIELDS:
+                if f not in tv:
+                    raise FormatError(file, f"{tp}.{f}", "missing")
+            static[str(k)] = StaticTerm(*(_num(file, f"{tp}.{f}", tv[f], nonneg=f == "var_s_w2")
+                                          for f in _STATIC_FIELDS))
     # A bookkeeping value the JSON writer could not hold (inf/NaN become null) keeps its default.
     extra = {f: _num(file, f"{path}.{f}", d[f], nonneg=False)
              for f in _COMPOSED_FLOATS if d.get(f) is not None}
     try:
-        return replace(leaf, composed=True, terms=terms, **extra)
+        return replace(leaf, composed=True, terms=terms, static_terms=static, **extra)
     except InvalidSignatureError as exc:  # pragma: no cover - leaf already validated
         raise FormatError(file, path, str(exc)) from None
 

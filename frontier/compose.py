@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from .errors import CompositionError
 from .operating_point import OperatingPoint
-from .signature import Signature, Term, variances_from_terms
+from .signature import Signature, StaticTerm, Term, static_variances, variances_from_terms
 
 MaxMethod = Literal["dominant", "clark"]
 
@@ -70,12 +70,40 @@ def _combine_terms(children: Sequence[Signature], w_time: Sequence[float], s_e: 
     return terms
 
 
+def _combine_static(children: Sequence[Signature], parallel: bool,
+                    s_from: Sequence[Signature] = (), time_s: float = 0.0) -> dict[str, StaticTerm]:
+    """Sum child static-power sensitivities (σ_s). ∂d/∂s_leaf = Σ ∂d_i/∂s_leaf always;
+    ∂E/∂s_leaf = Σ ∂E_i/∂s_leaf when sequential, and in parallel (E = s·T + d, s the sum of
+    the static powers of ``s_from``) ``time_s``·Σ_{i in s_from} ∂s_i/∂s_leaf + ∂d/∂s_leaf."""
+    acc: dict[str, tuple[list[float], list[float]]] = {}
+    var: dict[str, float] = {}
+    ds: dict[str, list[float]] = {}
+    for c in children:
+        for k, t in c.static_terms.items():
+            a = acc.setdefault(k, ([], []))
+            var[k] = t.var_s_w2
+            a[0].append(t.dE_ds)
+            a[1].append(t.dd_ds)
+    for c in s_from:
+        for k, t in c.static_terms.items():
+            ds.setdefault(k, []).append(t.ds_ds(c.time_s))
+    out = {}
+    for k, (des, dds) in acc.items():
+        dd = math.fsum(dds)
+        de = time_s * math.fsum(ds.get(k, ())) + dd if parallel else math.fsum(des)
+        out[k] = StaticTerm(var[k], de, dd)
+    return out
+
+
 def _composite(name, s_w, time_s, d_j, devices, omega, children, terms, extra_t, extra_e,
-               bias, head, all_s, runtime, op, meta=None) -> Signature:
+               bias, head, all_s, runtime, op, meta=None, static=None) -> Signature:
     vt, ve = variances_from_terms(terms, extra_t, extra_e)
+    static = _combine_static(children, False) if static is None else static
+    vs, ve_s = static_variances(static, time_s)
     meta = meta or {"source": "composed", "op": op, "parts": [c.name for c in children]}
     return Signature(
-        name=name, s_w=s_w, time_s=time_s, d_j=max(d_j, 0.0), var_time_s2=vt, var_energy_j2=ve,
+        name=name, s_w=s_w, time_s=time_s, d_j=max(d_j, 0.0), var_time_s2=vt,
+        var_energy_j2=ve + ve_s, var_s_w2=vs, static_terms=static,
         n=min(c.n for c in children), devices=devices, omega=omega, composed=True,
         meta=meta, terms=terms, extra_var_time_s2=extra_t, extra_var_energy_j2=extra_e,
         bias_sigma_j=bias, head_sigma_j=head, all_sigma_j=all_s, runtime_sigma_j=runtime,
@@ -173,12 +201,15 @@ def repeat(sig: Signature, k: int, name: str | None = None) -> Signature:
     s = (e_tot - d) / t if t > 0 else sig.s_w
     terms = {key: Term(tm.var_time_s2, tm.var_d_j2, kf * tm.dT_dT, kf * tm.dE_dT, kf * tm.dE_dd)
              for key, tm in sig.terms.items()}
+    static = {key: StaticTerm(tm.var_s_w2, kf * tm.dE_ds, kf * tm.dd_ds)
+              for key, tm in sig.static_terms.items()}
     bias = kf * sig.bias_sigma_j + (kf - 1.0) * sig.head_sigma_j
     return _composite(
         name or _seq_name(sig.name, n), s, t, d, sig.devices, sig.omega, [sig], terms,
         kf * sig.extra_var_time_s2, kf * sig.extra_var_energy_j2, bias, sig.head_sigma_j,
         kf * sig.all_sigma_j, kf * sig.runtime_sigma_j, "repeat",
         meta={"source": "composed", "op": "repeat", "parts": [sig.name], "times": n},
+        static=static,
     )
 
 
@@ -227,10 +258,11 @@ def _max_times(es: Sequence[Signature], offsets: Sequence[float], method: MaxMet
     return mu, var, w, k
 
 
-def _parallel(es, s, offsets, method, name, op, devices, omega):
+def _parallel(es, s, offsets, method, name, op, devices, omega, s_from):
     t, clark_var, w, k = _max_times(es, offsets, method)
     d = math.fsum(e.d_j for e in es)
     terms = _combine_terms(es, w, s)
+    static = _combine_static(es, True, s_from, t)
     extra_t = extra_e = 0.0
     if clark_var is not None:
         lin_t, _ = variances_from_terms(terms)
@@ -239,7 +271,7 @@ def _parallel(es, s, offsets, method, name, op, devices, omega):
     all_s = sum(e.all_sigma_j for e in es)
     bias = sum(e.bias_sigma_j for e in es) + sum(e.all_sigma_j - e.runtime_sigma_j for e in es)
     c = _composite(name, s, t, d, devices, omega, es, terms, extra_t, extra_e,
-                   bias, sum(e.head_sigma_j for e in es), all_s, all_s, op)
+                   bias, sum(e.head_sigma_j for e in es), all_s, all_s, op, static=static)
     return c, k
 
 
@@ -306,7 +338,7 @@ def par(
     k = max(range(len(es)), key=lambda i: offs[i] + es[i].time_s)
     s = es[k].s_w
     omega = dev_omega.with_(sm_count=sum(sms)) if all(x is not None for x in sms) else dev_omega
-    c, _ = _parallel(es, s, offs, max_method, _name("par", es, name), "par", devs, omega)
+    c, _ = _parallel(es, s, offs, max_method, _name("par", es, name), "par", devs, omega, [es[k]])
     return c
 
 
@@ -342,7 +374,7 @@ def par_multi(
     s = math.fsum(e.s_w for e in es)
     devs = frozenset().union(*(e.devices for e in es))
     c, _ = _parallel(es, s, [0.0] * len(es), max_method, _name("par_multi", es, name),
-                     "par_multi", devs, _common_omega(es))
+                     "par_multi", devs, _common_omega(es), es)
     return c
 
 

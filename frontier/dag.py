@@ -49,7 +49,7 @@ from typing import Any, Protocol
 
 from .compose import _common_omega
 from .errors import CompositionError
-from .signature import Signature, Term, variances_from_terms
+from .signature import Signature, StaticTerm, Term, static_variances, variances_from_terms
 
 
 class TransitionCost(Protocol):
@@ -410,6 +410,13 @@ def dag_schedule(
             leaf_var[key] = (t.var_time_s2, t.var_d_j2)
             dE_dT[key] = dE_dT.get(key, 0.0) + t.dE_dT
             dE_dd[key] = dE_dd.get(key, 0.0) + t.dE_dd
+    # σ_s: the tasks' own ∂E/∂s and ∂d/∂s add (an idle gap is priced at the idle power given
+    # or a task's s taken as a value: its dependence on that s is not followed)
+    static: dict[str, StaticTerm] = {}
+    for k in names:
+        for key, t in tasks[k].static_terms.items():
+            was = static.get(key, StaticTerm(t.var_s_w2, 0.0, 0.0))
+            static[key] = StaticTerm(t.var_s_w2, was.dE_ds + t.dE_ds, was.dd_ds + t.dd_ds)
     task_e = math.fsum(tasks[k].energy_j for k in names)
     idle_e = _idle_energy(devices, dev_order, tasks, idle_power, st, switches, makespan, g_mk, dE_dT)
     sw_e = math.fsum(u.energy_j for u in switches)
@@ -427,13 +434,14 @@ def dag_schedule(
     extra_t = sum(tasks[k].extra_var_time_s2 for k in path)
     extra_e = sum(tasks[k].extra_var_energy_j2 for k in names)
     vt, ve = variances_from_terms(terms, extra_t, extra_e)
+    vs, ve_s = static_variances(static, makespan)
     overlap = _overlapping(names, st)
     bias, head, all_s, runtime = _bias(names, tasks, dev_order, overlap)
     label = name or ("dag(" + ", ".join(names[:4]) + (", ..." if len(names) > 4 else "") + ")")
     sig = Signature(
         name=label, s_w=s_eff, time_s=makespan, d_j=energy - s_eff * makespan,
-        var_time_s2=vt, var_energy_j2=ve, n=min(tasks[k].n for k in names),
-        devices=frozenset(devices), omega=_common_omega([tasks[k] for k in names]), composed=True,
+        var_time_s2=vt, var_energy_j2=ve + ve_s, n=min(tasks[k].n for k in names),
+        var_s_w2=vs, static_terms=static, devices=frozenset(devices), omega=_common_omega([tasks[k] for k in names]), composed=True,
         meta={"source": "composed", "op": "dag", "parts": list(names), "critical_path": path,
               "schedule": {k: [st.start[k], st.end[k]] for k in order}},
         terms=terms, extra_var_time_s2=extra_t, extra_var_energy_j2=extra_e,

@@ -76,6 +76,14 @@ class Term(Strict):
     dE_dd: float  # noqa: N815
 
 
+class StaticTermModel(Strict):
+    """A composite's sensitivity to one measured leaf's static power (σ_s)."""
+
+    var_s_w2: NonNegative
+    dE_ds: float  # noqa: N815
+    dd_ds: float
+
+
 class SignatureModel(Strict):
     """One signature, as :func:`frontier.codec.signature_to_dict` writes it or a person writes
     it: ``s_w`` and ``time_s`` with ``energy_j`` or ``d_j`` (or ``runs``); errors as ``sd_*``,
@@ -94,6 +102,8 @@ class SignatureModel(Strict):
     var_energy_j2: NonNegative | None = None
     run_sd_time_s: NonNegative | None = None
     run_sd_energy_j: NonNegative | None = None
+    var_s_w2: NonNegative | None = Field(None, description="variance of the static power (its drift), W²")
+    sd_s_w: NonNegative | None = Field(None, description="standard deviation of the static power, W")
     n: int | None = Field(None, ge=1)
     devices: list[str] | str | None = None
     omega: Knobs | None = None
@@ -103,6 +113,7 @@ class SignatureModel(Strict):
     runs: Runs | None = None
     composed: bool | None = None
     terms: dict[str, Term] | None = None
+    static_terms: dict[str, StaticTermModel] | None = None
     extra_var_time_s2: float | None = None
     extra_var_energy_j2: float | None = None
     bias_sigma_j: float | None = None

@@ -1,10 +1,19 @@
-"""Energy signatures S = (s, T, d, σ²_T, σ²_E, ...) with E = s·T + d (spec §3).
+"""Energy signatures S = (s, T, d, σ²_T, σ²_E, σ²_s, ...) with E = s·T + d (spec §3).
 
 A signature is either *measured* (a leaf: its variances are those of the estimate, i.e. the
 squared standard error) or *composed* by ``seq``/``par``/``par_multi``/``dag``. Either way it
 carries, per distinct measured leaf, the first-order sensitivities of its T and E to that leaf's
 T and d (the delta method, DESIGN.md). A leaf used k times therefore contributes k²·var, not
 k·var: its estimation error is shared by every use.
+
+The static power s is itself measured (ready power, re-measured during long sweeps), and it
+drifts: ``var_s_w2`` (σ²_s) carries that uncertainty. A measured E does not depend on s (the
+counter measures E; s only splits it into s·T and d), so σ_s leaves a leaf's σ_E unchanged and
+widens its d (∂d/∂s = −T). It reaches a composite's E wherever static power is counted once
+for several elements — ⊕ (E = E₁ + E₂ − s·overlap) and ⊕multi (an idle device at its s) —
+through per-leaf sensitivities (:class:`StaticTerm`, in ``static_terms``) propagated by the
+same delta method as T and d. They are kept beside ``terms`` (not in :class:`Term`), so code
+and files that know only T and d read and write exactly what they did.
 """
 
 from __future__ import annotations
@@ -41,6 +50,23 @@ class Term:
     dE_dd: float
 
 
+@dataclass(frozen=True)
+class StaticTerm:
+    """How one measured leaf's static power enters a signature (first order).
+
+    ``var_s_w2`` is the variance of the leaf's s (σ²_s, W²), ``dE_ds`` ∂E/∂s_leaf and
+    ``dd_ds`` ∂d/∂s_leaf of the signature (a leaf itself: 0 and −T).
+    """
+
+    var_s_w2: float
+    dE_ds: float
+    dd_ds: float
+
+    def ds_ds(self, time_s: float) -> float:
+        """∂s/∂s_leaf of a signature of time ``time_s`` (s = (E − d)/T)."""
+        return (self.dE_ds - self.dd_ds) / time_s if time_s > 0 else 0.0
+
+
 def _finite(name: str, what: str, v: Any) -> float:
     try:
         fv = float(v)
@@ -63,6 +89,9 @@ class Signature:
     d_j : dynamic energy d = E − s·T, J (≥ 0; slightly negative values within noise are
         clamped to 0 and flagged in ``meta['d_clamped']``).
     var_time_s2, var_energy_j2 : variances of the T and E *estimates* (s², J²).
+    var_s_w2 : variance of the static power s (σ²_s, W²): the drift of ready power over the
+        measurement (0 when it was measured once). A composite's is propagated from its leaves
+        (``static_terms``), and so is its effect on the composite's σ²_E.
     n : number of runs behind the estimate.
     devices : device names it occupies (``{"gpu0"}`` by default).
     omega : operating point; ``kappa`` implementation; ``theta`` workload description.
@@ -99,6 +128,9 @@ class Signature:
     head_sigma_j: float = field(default=-1.0, repr=False)
     all_sigma_j: float = field(default=-1.0, repr=False)
     runtime_sigma_j: float = field(default=0.0, repr=False)
+    var_s_w2: float = 0.0
+    # Per leaf with a known σ_s, its StaticTerm (see the module doc). Filled for a leaf.
+    static_terms: Mapping[str, StaticTerm] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         name = str(self.name)
@@ -108,6 +140,10 @@ class Signature:
         d = _finite(name, "dynamic energy d_j", self.d_j)
         vt = _finite(name, "var_time_s2", self.var_time_s2)
         ve = _finite(name, "var_energy_j2", self.var_energy_j2)
+        vs = _finite(name, "var_s_w2", self.var_s_w2)
+        if vs < 0:
+            raise InvalidSignatureError(f"element {name!r}: var_s_w2 = {vs} W² is negative")
+        object.__setattr__(self, "var_s_w2", vs)
         if s < 0:
             raise InvalidSignatureError(f"element {name!r}: static power s_w = {s} W is negative")
         if t < 0:
@@ -151,8 +187,11 @@ class Signature:
             sig_e = math.sqrt(ve)
             object.__setattr__(self, "head_sigma_j", sig_e)
             object.__setattr__(self, "all_sigma_j", sig_e)
+            static = {self.key: StaticTerm(vs, 0.0, -t)} if vs else {}
+            object.__setattr__(self, "static_terms", MappingProxyType(static))
         else:
             object.__setattr__(self, "terms", MappingProxyType(dict(self.terms)))
+            object.__setattr__(self, "static_terms", MappingProxyType(dict(self.static_terms)))
         object.__setattr__(self, "meta", MappingProxyType(meta))
 
     # -- identity -------------------------------------------------------------------------
@@ -165,6 +204,7 @@ class Signature:
             raw = repr(
                 (self.name, self.kappa, self.theta, sorted(self.devices), self.omega.to_dict(),
                  self.s_w, self.time_s, self.d_j, self.var_time_s2, self.var_energy_j2, self.n)
+                + ((self.var_s_w2,) if self.var_s_w2 else ())
             )
             k = hashlib.sha1(raw.encode()).hexdigest()[:16]
             object.__setattr__(self, "_key", k)
@@ -190,6 +230,11 @@ class Signature:
         if not self.composed:
             return next(iter(self.terms.values())).var_d_j2
         return sum(t.dE_dd**2 * t.var_d_j2 for t in self.terms.values())
+
+    @property
+    def sd_s_w(self) -> float:
+        """Standard deviation of the static power s, W (σ_s: its drift; 0 when unknown)."""
+        return math.sqrt(self.var_s_w2)
 
     @property
     def sd_time_s(self) -> float:
@@ -222,7 +267,7 @@ class Signature:
         """A copy with some fields changed (a new leaf unless ``terms`` are passed)."""
         d = {k: getattr(self, k) for k in ("name", "s_w", "time_s", "d_j", "var_time_s2",
                                            "var_energy_j2", "n", "devices", "omega", "kappa",
-                                           "theta", "meta")}
+                                           "theta", "meta", "var_s_w2")}
         d["meta"] = dict(self.meta)
         d.update(changes)
         return Signature(**d)
@@ -305,3 +350,11 @@ def variances_from_terms(
         vt += t.dT_dT**2 * t.var_time_s2
         ve += t.dE_dT**2 * t.var_time_s2 + t.dE_dd**2 * t.var_d_j2
     return max(vt, 0.0), max(ve, 0.0)
+
+
+def static_variances(static_terms: Mapping[str, StaticTerm], time_s: float) -> tuple[float, float]:
+    """(σ²_s, the σ²_E added) of a composite of time ``time_s`` from its leaves' static-power
+    sensitivities (delta method: Σ (∂s/∂s_leaf)² σ²_s,leaf and Σ (∂E/∂s_leaf)² σ²_s,leaf)."""
+    vs = math.fsum(t.ds_ds(time_s) ** 2 * t.var_s_w2 for t in static_terms.values())
+    ve = math.fsum(t.dE_ds ** 2 * t.var_s_w2 for t in static_terms.values())
+    return vs, ve

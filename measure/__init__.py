@@ -63,6 +63,7 @@ from .locks import LockedError, UnsafeFileError, UnsafeStateDirError
 from .nvml import GpuLostError, NVMLDevice, RestoreFailedError, cuda_index_for
 from .progress import ProgressCallback, ProgressEvent
 from .protocol import NAIVE_5S, Protocol, measure_point, measure_ready_power_w
+from .ready_drift import ReadyRecheck
 from .replay import (
     ReplayDevice,
     load_h200,
@@ -85,7 +86,7 @@ __all__ = [
     "CorruptJournalError", "JournalWriteError", "UntrustedJournalError", "UnsafeFileError",
     "UnsafeStateDirError",
     "Protocol", "NAIVE_5S", "measure_point", "measure_ready_power_w",
-    "Grid", "GridError", "parse_grid", "default_grid", "sweep", "ReadyPowerCache", "SweepResult", "Progress",
+    "Grid", "GridError", "parse_grid", "default_grid", "sweep", "ReadyPowerCache", "ReadyRecheck", "SweepResult", "Progress",
     "ProgressEvent", "ProgressCallback",
     "characterize", "CharacterizationResult", "save_characterizations", "PlanApplier",
     "open_device", "resolve_work", "load_work", "ResolvedWork", "UserCodeError",

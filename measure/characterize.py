@@ -14,6 +14,7 @@ from .device import Device
 from .grid import Grid
 from .progress import ProgressCallback
 from .protocol import Protocol
+from .ready_drift import ReadyRecheck
 from .sweep import ReadyPowerCache, sweep
 
 
@@ -102,15 +103,20 @@ def save_characterizations(path: str | Path, results: list[CharacterizationResul
 
     sigs: dict[str, Signature] = {}
     ready: dict[str, float] = {}
+    drift: dict[str, Any] = {}
     for r in results:
         for k, s in r.keyed().items():
             if k in sigs:
                 raise FormatError(str(path), f"signatures.{k}", "two signatures have this name")
             sigs[k] = s
         ready.update(r.meta.get("ready_power_w") or {})
+        for label, d in (r.meta.get("ready_drift") or {}).items():
+            drift[f"{r.element}@{label}"] = d
     first = results[0].meta if results else {}
-    meta = {"elements": [r.element for r in results], "device": first.get("device"),
+    meta: dict[str, Any] = {"elements": [r.element for r in results], "device": first.get("device"),
             "simulated": bool(first.get("simulated")), "ready_power_w": ready}
+    if drift:
+        meta["ready_drift"] = drift
     return save_signatures(path, sigs, {"meta": meta})
 
 
@@ -130,7 +136,8 @@ def characterize(fn: Any, device: Device | None = None, grid: str | Grid | Mappi
                  name: str | None = None, early_stop_k: int | None = None,
                  progress: ProgressCallback | None = None,
                  theta: str | None = None, ready_power_w: float | None = None,
-                 ready_cache: ReadyPowerCache | None = None) -> CharacterizationResult:
+                 ready_cache: ReadyPowerCache | None = None,
+                 ready_recheck: ReadyRecheck | None = None) -> CharacterizationResult:
     """Measure ``fn`` (a work, or a mapping κ label → work) over ``grid`` on ``device``
     (default: a simulated H200) and return its signatures and frontier.
 
@@ -143,6 +150,9 @@ def characterize(fn: Any, device: Device | None = None, grid: str | Grid | Mappi
     that keeps ω_dev; ``ready_cache`` (a :class:`~measure.sweep.ReadyPowerCache` shared by the
     characterizations of a campaign) calibrates each (device, ω_dev) once across elements.
     ``meta["ready_power_w"]`` maps each ω_dev label to the ready power used there, W.
+    ``ready_recheck`` (default: every 600 s of device time, 2 % tolerance) re-measures ready
+    power during the sweep; a drift is carried as σ_s and reported in ``meta["ready_drift"]``
+    (:mod:`measure.ready_drift`).
     ``progress`` (default: none) gets one :class:`~measure.progress.ProgressEvent` per point.
     """
     if device is None:
@@ -155,7 +165,7 @@ def characterize(fn: Any, device: Device | None = None, grid: str | Grid | Mappi
     element = name or _name_of(next(iter(works.values())))
     res = sweep(device, works, element, grid=grid, protocol=protocol or Protocol(),
                 results_path=results_path, progress=progress, early_stop_k=early_stop_k, theta=theta,
-                ready_power_w=ready_power_w, ready_cache=ready_cache)
+                ready_power_w=ready_power_w, ready_cache=ready_cache, ready_recheck=ready_recheck)
     meta = dict(res.meta)
     meta.update(measured=res.measured, resumed=res.resumed)
     return CharacterizationResult(element, res.signatures, frontier_of(res.signatures), res.skipped, meta)

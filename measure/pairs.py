@@ -38,11 +38,11 @@ without it raises :class:`~measure.device.DeviceError`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from frontier.errors import CompositionError
+from frontier.errors import CompositionError, InputError
 from frontier.insensitivity import PairVerdict, entry_test, runtime_test
 from frontier.operating_point import OperatingPoint
 from frontier.signature import Signature
@@ -260,3 +260,59 @@ def measure_pair(devices: Mapping[str, Device], first: PairElement, second: Pair
     runtime = runtime_test(sig_a, sig_b, corun, alpha=alpha, n_tests=n_tests, sm_total=sm_total)
     return PairVerdict(first.name, second.name, "same-device" if same else "cross-device",
                        entry, runtime, (sig_a, sig_b), simulated=simulated)
+
+
+# -- pairs measured elsewhere (a real GPU): decide from signature files ------------------------
+
+def _alone_index(alone: Mapping[str, Signature]) -> dict[tuple[str, OperatingPoint], list[Signature]]:
+    """Alone signatures by (element, ω_dev); the element is a file key's part before the first
+    ``@`` (``ecal characterize -o`` keys them ``element@κ@ω``)."""
+    out: dict[tuple[str, OperatingPoint], list[Signature]] = {}
+    for key, sig in alone.items():
+        out.setdefault((key.partition("@")[0], sig.omega.dev), []).append(sig)
+    return out
+
+
+def _alone_at(index: Mapping[tuple[str, OperatingPoint], list[Signature]], element: str,
+              omega_dev: OperatingPoint, sm_count: int | None, sm_total: int | None,
+              pair_label: str) -> Signature:
+    """The one alone signature of ``element`` at ``omega_dev`` on ``sm_count`` SMs (None: the
+    whole device, which a signature records as None or as ``sm_total``)."""
+    want = {sm_count} if sm_count is not None else {None, sm_total}
+    found = [s for s in index.get((element, omega_dev), []) if s.omega.sm_count in want]
+    sms = f"{sm_count} SMs" if sm_count is not None else "the whole device"
+    if not found:
+        raise InputError(f"{pair_label}: no signature of {element!r} measured alone at "
+                         f"{omega_dev.label()} on {sms}: characterize it alone there (ecal "
+                         "characterize ... -o ALONE.json) and pass the file with --signatures")
+    if len(found) > 1:
+        kappas = ", ".join(sorted(str(s.kappa) for s in found))
+        raise InputError(f"{pair_label}: {len(found)} signatures of {element!r} measured alone at "
+                         f"{omega_dev.label()} on {sms} (κ: {kappas}): keep one per element in "
+                         "the files given")
+    return found[0]
+
+
+def measured_pair_verdicts(coruns: Sequence[Any], alone: Mapping[str, Signature],
+                           alpha: float = 0.05) -> list[PairVerdict]:
+    """The runtime test of co-runs measured elsewhere (a real GPU through
+    :func:`measure.joint.characterize_pairs`, or any co-run signature) against the elements
+    measured alone: each of ``coruns`` (:class:`~frontier.interaction.InteractionEntry`: the
+    pair's key, its co-run signature and provenance) is held against the ⊕ prediction of its
+    two members' alone signatures at the same ω_dev and SM counts (``alone``: file key →
+    signature, as :func:`frontier.io.load_signatures` reads them). No entry test: a joint
+    characterization measures co-runs only. A member with no alone signature there, or with
+    several, is an :class:`~frontier.errors.InputError` naming it."""
+    index = _alone_index(alone)
+    out = []
+    for e in coruns:
+        label = e.key.label()
+        sm_total = e.signature.meta.get("sm_total")
+        sm_total = int(sm_total) if isinstance(sm_total, (int, float)) and not isinstance(sm_total, bool) else None
+        a, b = e.key.members
+        sig_a = _alone_at(index, a.element, e.key.omega_dev, a.sm_count, sm_total, label)
+        sig_b = _alone_at(index, b.element, e.key.omega_dev, b.sm_count, sm_total, label)
+        runtime = runtime_test(sig_a, sig_b, e.signature, alpha=alpha, sm_total=sm_total, name=label)
+        out.append(PairVerdict(a.label(), b.label(), "same-device", None, runtime, (sig_a, sig_b),
+                               simulated=bool(e.provenance.simulated)))
+    return out

@@ -3,7 +3,9 @@
 
 Lines are JSON objects with a ``kind``: ``"header"`` (what is measured, on what, how),
 ``"ready"`` (ready power at one ω_dev; ``source`` ``"campaign"`` when it was reused from
-another element's calibration, see :class:`~measure.sweep.ReadyPowerCache`) or ``"point"`` (one signature, in the lossless codec of
+another element's calibration, see :class:`~measure.sweep.ReadyPowerCache`, ``"recheck"`` when
+it re-measured an ω_dev during the sweep, :mod:`measure.ready_drift`: the last record of an
+ω_dev is the value in force, all of them its readings) or ``"point"`` (one signature, in the lossless codec of
 :mod:`frontier.pareto`: its name, exact variances and ``d_j``, so a resumed point equals the
 measured one bit for bit). A malformed line is an error naming the file and line.
 
@@ -65,8 +67,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
 import stat
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -284,6 +288,10 @@ class ResultsLog:
         self.path = Path(path) if path is not None else None
         self.points: dict[str, Signature] = {}
         self.ready_w: dict[str, float] = {}
+        #: every ready-power reading per ω_dev key, in file order (the last is ``ready_w``'s)
+        self.ready_history: dict[str, list[float]] = {}
+        #: when the value in force per ω_dev key was read (Unix time; absent in older files)
+        self.ready_unix_s: dict[str, float] = {}
         self.header: dict[str, Any] | None = None
         self._header_line = 0
         self.dropped_partial_line = False
@@ -396,6 +404,12 @@ class ResultsLog:
         elif kind == "ready":
             try:
                 self.ready_w[rec["omega_dev"]] = float(rec["ready_power_w"])
+                self.ready_history.setdefault(rec["omega_dev"], []).append(self.ready_w[rec["omega_dev"]])
+                when = rec.get("time_unix_s")
+                if isinstance(when, (int, float)) and not isinstance(when, bool) and math.isfinite(when):
+                    self.ready_unix_s[rec["omega_dev"]] = float(when)
+                else:
+                    self.ready_unix_s.pop(rec["omega_dev"], None)
             except (KeyError, TypeError, ValueError):
                 raise FormatError(str(self.path), f"line {line}",
                                   "a 'ready' record needs omega_dev and a numeric ready_power_w") from None
@@ -494,10 +508,15 @@ class ResultsLog:
         """Append a ready-power calibration (durable when this returns). ``source`` says where
         the value came from when it was not calibrated for this file (``"campaign"``: reused
         from another element's calibration at the same ω_dev on the same device); a reader
-        uses the value either way, so a resumed run reuses what the first run used."""
+        uses the value either way, so a resumed run reuses what the first run used. The record
+        holds when it was written (``time_unix_s``): a resumed sweep re-measures a value older
+        than its recheck interval (:mod:`measure.ready_drift`)."""
         k = dev_key(omega)
         self.ready_w[k] = float(power_w)
-        rec: dict[str, Any] = {"kind": "ready", "omega_dev": k, "ready_power_w": float(power_w)}
+        self.ready_history.setdefault(k, []).append(float(power_w))
+        self.ready_unix_s[k] = time.time()
+        rec: dict[str, Any] = {"kind": "ready", "omega_dev": k, "ready_power_w": float(power_w),
+                               "time_unix_s": self.ready_unix_s[k]}
         if source is not None:
             rec["source"] = source
         self._append(rec)

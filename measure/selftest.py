@@ -20,7 +20,9 @@ the protocol or the algebra assumes (docs/selftest.md has the rules):
   or may overlap (:func:`measure.sm_alloc.split_sms`).
 
 Verdicts are ``pass``, ``warn``, ``fail`` or ``skipped`` (with why), each with the number
-behind it. Checks that change clocks or power limits (``--write``) are planned, not built.
+behind it. With ``write=True`` (``ecal selftest --write``, the device opened writable) the
+checks of :mod:`measure.selftest_write` follow: the power cap on short windows and the switch
+latency of each knob, with every setting journalled and restored after.
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
 from frontier.errors import UnknownNameError
 from frontier.formats import KINDS, content, validate
@@ -46,12 +48,12 @@ from .protocol import (
     time_per_invocation_s,
     wait_for_tick,
 )
+from .selftest_check import Check, SelftestWorks, Verdict, jsonable
 
 log = logging.getLogger(__name__)
 
 #: The ``format`` key of a selftest JSON report.
 FORMAT = KINDS["selftest"].tag
-Verdict = Literal["pass", "warn", "fail", "skipped"]
 #: Worst first: the report's overall verdict is the worst of its checks (skipped aside).
 SEVERITY = {"fail": 3, "warn": 2, "pass": 1, "skipped": 0}
 
@@ -77,37 +79,6 @@ COMPOSITE_WARN_PCT = 1.0       # a flagged composite within this of its predicti
 
 
 @dataclass(frozen=True)
-class Check:
-    """One assumption held against one measured number."""
-
-    name: str
-    assumption: str
-    verdict: Verdict
-    value: float | None = None
-    unit: str = ""
-    detail: str = ""
-    data: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready (non-finite numbers as null)."""
-        v = self.value if self.value is None or math.isfinite(self.value) else None
-        return {"name": self.name, "assumption": self.assumption, "verdict": self.verdict,
-                "value": v, "unit": self.unit, "detail": self.detail, "data": _jsonable(self.data)}
-
-
-@dataclass(frozen=True)
-class SelftestWorks:
-    """What the selftest runs: ``a`` (compute-bound: its time should scale with SMs), ``b``
-    (another element), and ``seq`` (one invocation = ``a`` then ``b``, the ⊗ composite)."""
-
-    a: Any
-    b: Any
-    seq: Any
-    a_name: str = "a"
-    b_name: str = "b"
-
-
-@dataclass(frozen=True)
 class SelftestReport:
     """The checks of one selftest, the device they ran on, and how long it took."""
 
@@ -115,6 +86,8 @@ class SelftestReport:
     checks: tuple[Check, ...]
     device_time_s: float = 0.0
     real_time_s: float = 0.0
+    #: False when the write checks ran (settings were changed, then restored).
+    read_only: bool = True
 
     @property
     def verdict(self) -> Verdict:
@@ -135,19 +108,21 @@ class SelftestReport:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON report (``format`` = :data:`FORMAT`; fields in docs/selftest.md)."""
-        return {"format": FORMAT, "device": _jsonable(dict(self.device)),
-                "simulated": bool(self.device.get("simulated")), "read_only": True,
+        return {"format": FORMAT, "device": jsonable(dict(self.device)),
+                "simulated": bool(self.device.get("simulated")), "read_only": self.read_only,
                 "verdict": self.verdict, "ok": self.ok,
                 "verdicts": {c.name: c.verdict for c in self.checks},
                 "checks": [c.to_dict() for c in self.checks],
                 "device_time_s": self.device_time_s, "real_time_s": self.real_time_s,
-                "write_checks": "planned: --write (switch latency per knob, the power cap on "
-                                "short windows) is not built yet"}
+                "write_checks": ("ran: settings changed, then restored" if not self.read_only
+                                 else "not run: pass --write for the switch latency per knob "
+                                      "and the power cap on short windows")}
 
     def to_table(self) -> str:
         """A printable table: one line per check, then the overall verdict."""
         dev = self.device.get("device", "?")
-        head = f"selftest of {dev}{'  [SIMULATED]' if self.device.get('simulated') else ''} (read-only)"
+        mode = "read-only" if self.read_only else "--write: settings changed, then restored"
+        head = f"selftest of {dev}{'  [SIMULATED]' if self.device.get('simulated') else ''} ({mode})"
         rows = [("check", "verdict", "value", "detail")]
         for c in self.checks:
             rows.append((c.name, c.verdict.upper() if c.verdict == "fail" else c.verdict,
@@ -180,16 +155,6 @@ def _fmt(v: float | None, unit: str) -> str:
     if unit == "s" and abs(v) < 1.0:
         return f"{v * 1e3:.3g} ms"
     return f"{v:.4g} {unit}".strip()
-
-
-def _jsonable(o: Any) -> Any:
-    if isinstance(o, float):
-        return o if math.isfinite(o) else None
-    if isinstance(o, Mapping):
-        return {str(k): _jsonable(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_jsonable(v) for v in o]
-    return o
 
 
 def _worst(*verdicts: Verdict) -> Verdict:
@@ -477,11 +442,13 @@ def default_works(device: Device) -> Callable[[], SelftestWorks | None]:
 #: The stages :func:`run_selftest` reports, in order (one progress event before each).
 STAGES = ("counter_period", "counter_read_cost", "deep_idle_power", "ready_power",
           "sequential_composite", "sm_split_scaling")
+#: The stages ``write=True`` adds after them.
+WRITE_STAGES = ("power_cap_windows", "switch_latency")
 
 
 def run_selftest(device: Device, works: SelftestWorks | Callable[[], SelftestWorks | None] | None = None,
                  protocol: Protocol = SELFTEST_PROTOCOL,
-                 progress: ProgressCallback | None = None) -> SelftestReport:
+                 progress: ProgressCallback | None = None, write: bool = False) -> SelftestReport:
     """Run every read-only check on ``device`` (nothing is set on it), in this order: counter
     period and read cost, deep idle (before any work, so before this process's CUDA context
     on a real GPU), then the works are made (``works``: given, a factory, or None for the
@@ -490,12 +457,17 @@ def run_selftest(device: Device, works: SelftestWorks | Callable[[], SelftestWor
 
     ``progress`` (default: none) gets a :class:`~measure.progress.ProgressEvent` as each stage
     of :data:`STAGES` starts (``operation="selftest"``, ``done`` = stages finished, the line
-    ``selftest: STAGE ...``)."""
+    ``selftest: STAGE ...``).
+
+    ``write`` (default False): then the checks of :mod:`measure.selftest_write` (stages
+    :data:`WRITE_STAGES`) run last, changing settings and restoring them (``device`` must be
+    writable)."""
     t_dev, t_real = device.time_s(), time.monotonic()
+    stages = STAGES + (WRITE_STAGES if write else ())
 
     def say(stage: str) -> None:
         if progress is not None:
-            progress(ProgressEvent(STAGES.index(stage), len(STAGES), stage,
+            progress(ProgressEvent(stages.index(stage), len(stages), stage,
                                    time.monotonic() - t_real, operation="selftest",
                                    message=f"selftest: {stage} ..."))
 
@@ -523,5 +495,9 @@ def run_selftest(device: Device, works: SelftestWorks | Callable[[], SelftestWor
     say("sm_split_scaling")
     checks.append(check_sm_split_scaling(device, made))
     checks.append(check_sm_partitions(device))
+    if write:
+        from .selftest_write import run_write_checks
+
+        checks.extend(run_write_checks(device, made, ready_w, protocol, say))
     return SelftestReport(device.describe(), tuple(checks), device.time_s() - t_dev,
-                          time.monotonic() - t_real)
+                          time.monotonic() - t_real, read_only=not write)

@@ -156,6 +156,9 @@ class SimKernel:
     that launches on only that many SMs (e.g. a Triton grid of 4). ``kappa``/``theta`` name the
     implementation and workload. ``tiles``: independent work tiles (e.g. GEMM output tiles);
     when set, the last wave of tiles over n SMs may be partly empty (wave quantization).
+    ``overhead_s``: fixed time on top of the roofline; ``overhead_busy``: the front end stays
+    awake through it (a launch gap of microseconds is too short for the board to fall to its
+    ready power; the SMs idle).
     """
 
     name: str
@@ -168,6 +171,7 @@ class SimKernel:
     sm_request: int | None = None
     tiles: int | None = None
     overhead_s: float = 0.0
+    overhead_busy: bool = False
     link_bw_bps: float = 300e9
     link_sm_sat: int = 16
     kappa: str | None = None
@@ -231,17 +235,21 @@ PRESETS: dict[str, SimKernel] = {
 # -- kernels seen in a trace (``ecal import torch-trace``) ------------------------------------
 
 #: ``traced_compute_12.5us`` / ``traced_memory_3us``: a kernel measured in a trace, simulated by
-#: its roofline class and its measured time (:func:`traced_kernel`).
-TRACED_WORK = re.compile(r"traced_(compute|memory)_(\d+(?:\.\d{1,3})?)us")
+#: its roofline class and its measured time (:func:`traced_kernel`); ``traced_gap_40us``: a
+#: launch gap of a trace, the GPU idle at the operating point for that long.
+TRACED_WORK = re.compile(r"traced_(compute|memory|gap)_(\d+(?:\.\d{1,3})?)us")
 #: The roofline classes a traced kernel can have.
 TRACED_CLASSES = ("compute", "memory")
+#: The class of a launch gap (not a kernel: no roofline, the time is fixed).
+TRACED_GAP = "gap"
 
 
 def traced_work_name(kind: str, time_s: float) -> str:
     """The simulated work of a traced kernel of class ``kind`` ("compute" or "memory") that
     took ``time_s``: ``traced_compute_12.5us`` (the time rounded to 1 ns, at least 1 ns)."""
-    if kind not in TRACED_CLASSES:
-        raise InputError(f"roofline class {kind!r}: must be one of {', '.join(TRACED_CLASSES)}")
+    if kind not in (*TRACED_CLASSES, TRACED_GAP):
+        raise InputError(f"roofline class {kind!r}: must be one of "
+                         f"{', '.join((*TRACED_CLASSES, TRACED_GAP))}")
     if not (math.isfinite(time_s) and time_s >= 0):
         raise InputError(f"traced kernel time {time_s!r} s: must be a finite number >= 0")
     us = f"{max(round(time_s * 1e6, 3), 0.001):.3f}".rstrip("0").rstrip(".")
@@ -270,7 +278,9 @@ def _traced_unit_time_s(kind: str, spec: SimSpec) -> float:
 
 def traced_kernel(name: str, spec: SimSpec = H200) -> SimKernel | None:
     """The simulated kernel of a traced work name (:func:`traced_work_name`), or None when
-    ``name`` is not one. A compute kernel is the calibrated 8192 GEMM, a memory kernel the
+    ``name`` is not one. A gap is the GPU waiting for the traced time at any operating point:
+    no SM works, the front end stays awake (``overhead_busy``), so it draws the ready power plus
+    the front end's, which falls with the clock. A compute kernel is the calibrated 8192 GEMM, a memory kernel the
     calibrated 2 GiB copy, its FLOPs and bytes scaled so that it takes the traced time at the
     default operating point (top clock, default power limit, every SM); at other clocks it
     follows that preset's roofline and power (a compute kernel slows ∝ 1/clock and is capped
@@ -281,6 +291,11 @@ def traced_kernel(name: str, spec: SimSpec = H200) -> SimKernel | None:
     kind, us = m.group(1), float(m.group(2))
     if us <= 0:
         return None
+    if kind == TRACED_GAP:
+        # the GPU waits for the host: no work, only the time, so only static power is drawn and
+        # the time does not depend on the clock
+        return SimKernel(name, overhead_s=us * 1e-6, overhead_busy=True, activity=0.0,
+                         kappa="launch gap", theta=f"{us:g} us between kernels of the trace")
     base = _traced_template(kind)
     scale = us * 1e-6 / _traced_unit_time_s(kind, spec)
     return replace(base, name=name, flops=base.flops * scale, bytes=base.bytes * scale,
@@ -304,7 +319,7 @@ def preset(name: str) -> SimKernel:
         if traced is not None:
             return traced
         raise UnknownNameError(f"unknown simulated kernel {name!r}; known: {sorted(PRESETS)} "
-                               "and traced_compute_<T>us / traced_memory_<T>us") from None
+                               "and traced_compute_<T>us / traced_memory_<T>us / traced_gap_<T>us") from None
 
 
 @dataclass(frozen=True)
@@ -435,7 +450,7 @@ class SimulatedGPU(Device):
         movement and HBM in proportion to the bandwidth it draws, link SMs."""
         s = self.spec
         t, t_c, _t_m, t_l = times
-        busy = t - k.overhead_s
+        busy = t if k.overhead_busy else t - k.overhead_s
         if k.tiles:   # SMs idle in the last wave draw no compute power
             waves = k.tiles / n_sm
             t_c *= waves / math.ceil(waves - 1e-9)

@@ -11,6 +11,11 @@ real path's ``.lock`` and an ``flock`` on the file itself, so symlinks and hard 
 let a second writer in; a file that is not a results file is refused, unchanged), a file from another GPU, seed,
 protocol or element is refused, and ``device.seed_point(key)`` before each measured point
 makes a simulated point depend on its key and the seed only.
+
+Ready power is re-measured during long sweeps (:mod:`measure.ready_drift`: every
+``ReadyRecheck.every_s`` of device time at an ω_dev, also when a resumed sweep finds its file's
+value that old); the spread of the readings is carried as σ_s in the signatures and a drift beyond
+tolerance is flagged (``meta["ready_drift"]``).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from .device import Device, restoring
 from .grid import Grid, parse_grid
 from .progress import ProgressCallback, ProgressEvent, eta_s
 from .protocol import Protocol, measure_point, measure_ready_power_w
+from .ready_drift import ReadyRecheck, drifts
 from .results_log import DEVICE_IDENTITY, ResultsLog, dev_key, point_key
 from .sm_alloc import granted_sm_count
 
@@ -80,6 +86,7 @@ class ReadyPowerCache:
 
     def __init__(self) -> None:
         self._w: dict[tuple, float] = {}
+        self._t: dict[tuple, float] = {}       # device time of each value's reading
         self.calibrations = 0
         self.reuses = 0
         self.calibration_time_s = 0.0
@@ -109,11 +116,30 @@ class ReadyPowerCache:
         self.calibration_time_s += device.time_s() - t0
         self.calibrations += 1
         self._w[k] = w
+        self._t[k] = device.time_s()
         return w, False
 
-    def seed(self, device: Device, omega: OperatingPoint, protocol: Protocol, power_w: float) -> None:
-        """Take a value calibrated earlier (e.g. read from a results file) unless one is held."""
-        self._w.setdefault(self.key(device, omega, protocol), float(power_w))
+    def age_s(self, device: Device, omega: OperatingPoint, protocol: Protocol) -> float:
+        """Device time since the held value was read, s (inf for a value seeded from a file
+        or not held: it was read at another time)."""
+        t = self._t.get(self.key(device, omega, protocol))
+        return math.inf if t is None else device.time_s() - t
+
+    def update(self, device: Device, omega: OperatingPoint, protocol: Protocol, power_w: float) -> None:
+        """Hold a value re-measured now (a sweep's recheck) for the rest of the campaign."""
+        k = self.key(device, omega, protocol)
+        self._w[k] = float(power_w)
+        self._t[k] = device.time_s()
+
+    def seed(self, device: Device, omega: OperatingPoint, protocol: Protocol, power_w: float,
+             age_s: float = math.inf) -> None:
+        """Take a value calibrated earlier (e.g. read from a results file, ``age_s`` ago; inf:
+        unknown) unless one is held."""
+        k = self.key(device, omega, protocol)
+        if k not in self._w:
+            self._w[k] = float(power_w)
+            if math.isfinite(age_s):
+                self._t[k] = device.time_s() - age_s
 
     def values(self) -> dict[str, dict[str, float]]:
         """JSON-ready: device UUID (or name) → ω_dev label → ready power, W."""
@@ -145,14 +171,22 @@ def sweep(device: Device, works: Mapping[str | None, Any], element: str,
           results_path: str | None = None, progress: ProgressCallback | None = None,
           early_stop_k: int | None = None, theta: str | None = None,
           ready_power_w: float | None = None,
-          ready_cache: ReadyPowerCache | None = None) -> SweepResult:
+          ready_cache: ReadyPowerCache | None = None,
+          ready_recheck: ReadyRecheck | None = None) -> SweepResult:
     """Measure ``element`` for every (ω, κ) in ``grid`` × ``works`` (κ label → work).
 
     Ready power is calibrated once per ω_dev (and kept in the results file); pass
     ``ready_power_w`` to reuse a calibration when the sweep does not change ω_dev (read-only),
     or ``ready_cache`` (a :class:`ReadyPowerCache` shared by a campaign's sweeps) to calibrate
     each (device, ω_dev) once across elements. ``meta["ready_power_w"]`` of the result maps
-    the label of each ω_dev measured to the ready power used there, W.
+    the label of each ω_dev measured to the ready power used there, W (the last reading).
+
+    ``ready_recheck`` (default :class:`~measure.ready_drift.ReadyRecheck`: every 600 s of
+    device time, 2 % tolerance) re-measures ready power at an ω_dev during the sweep (not
+    when ``ready_power_w`` is given); each point uses the latest reading. With readings that
+    differ at an ω_dev its points carry σ_s (``var_s_w2``, the readings' standard
+    deviation) and ``meta["ready_drift"]`` maps its label to the readings, σ_s, spread and
+    ``flagged`` (a spread beyond tolerance, also logged as a warning).
 
     The grid is validated against the device (and its read-only guard) before anything
     changes; the device is restored afterwards on every exit path.
@@ -188,7 +222,8 @@ def sweep(device: Device, works: Mapping[str | None, Any], element: str,
         log.check_identity(header, Protocol().to_dict())
         log.write_header(header)
         res = _sweep(device, works, element, g, protocol, log, progress, early_stop_k, theta,
-                     ready_power_w, results_path, ready_cache)
+                     ready_power_w, results_path, ready_cache,
+                     ready_recheck if ready_recheck is not None else ReadyRecheck())
     if sm_granted:
         res = replace(res, meta={**res.meta, "sm_granted": {str(k): v for k, v in sm_granted.items()}})
     return res
@@ -208,7 +243,8 @@ def _as_granted(device: Device, g: Grid) -> tuple[Grid, dict[int, int]]:
 def _sweep(device: Device, works: Mapping[str | None, Any], element: str, g: Grid,
            protocol: Protocol, log: ResultsLog, progress: ProgressCallback | None,
            early_stop_k: int | None, theta: str | None, ready_power_w: float | None,
-           results_path: str | None, cache: ReadyPowerCache | None) -> SweepResult:
+           results_path: str | None, cache: ReadyPowerCache | None,
+           recheck: ReadyRecheck) -> SweepResult:
     points = g.points()
     total = len(points) * len(works)
     out: list[Signature] = []
@@ -217,6 +253,7 @@ def _sweep(device: Device, works: Mapping[str | None, Any], element: str, g: Gri
     t_start = time.monotonic()
     n_measured = n_resumed = done = 0
     applied: OperatingPoint | None = None
+    read_at: dict[str, float] = {}      # ω_dev key -> device time of its last reading (this run)
     if cache is not None and ((log.header or {}).get("device") or {}).get("uuid"):
         # a resumed file's calibrations serve the rest of the campaign (only from a file that
         # records which GPU it is: check_identity has matched that with this device)
@@ -225,7 +262,7 @@ def _sweep(device: Device, works: Mapping[str | None, Any], element: str, g: Gri
                 omega = OperatingPoint.from_dict(json.loads(dk))
             except (TypeError, ValueError):
                 continue        # not a key this module writes: the file's own points keep it
-            cache.seed(device, omega, protocol, w)
+            cache.seed(device, omega, protocol, w, _file_age_s(log, dk))
     with restoring(device):
         for op in points:
             for kappa, work in works.items():
@@ -249,12 +286,28 @@ def _sweep(device: Device, works: Mapping[str | None, Any], element: str, g: Gri
                         if ready_power_w is not None:
                             w = ready_power_w
                         elif cache is not None:
+                            age = cache.age_s(device, op, protocol)
                             w, reused = cache.calibrate(device, op, protocol)
                             source = "campaign" if reused else None
+                            if reused and recheck.every_s is not None:
+                                read_at[dk] = device.time_s() - age     # when it was read
                         else:
                             device.seed_point(f"ready {dk}")
                             w = measure_ready_power_w(device, protocol)
+                        if source is None:
+                            read_at[dk] = device.time_s()
                         log.add_ready(op, w, source=source)
+                    if dk not in read_at and dk in log.ready_unix_s:
+                        read_at[dk] = device.time_s() - _file_age_s(log, dk)   # read by a run before
+                    if (ready_power_w is None and recheck.every_s is not None
+                            and device.time_s() - read_at.get(dk, -math.inf) >= recheck.every_s):
+                        # the value in force was read long ago (in this run or one before)
+                        device.seed_point(f"ready {dk}")
+                        w = measure_ready_power_w(device, protocol)
+                        read_at[dk] = device.time_s()
+                        log.add_ready(op, w, source="recheck")
+                        if cache is not None:
+                            cache.update(device, op, protocol, w)
                     device.seed_point(k)
                     sig = measure_point(device, work, element, protocol, ready_w=log.ready_w[dk],
                                         sm_count=op.sm_count, omega=op,
@@ -272,9 +325,35 @@ def _sweep(device: Device, works: Mapping[str | None, Any], element: str, g: Gri
                 _report(progress, done, total, label, t_start, n_measured, measured, sig)
     used = {_dev_label(dev_key(p)): log.ready_w[dev_key(p)] for p in points
             if dev_key(p) in log.ready_w}
-    return SweepResult(tuple(out), tuple(skipped), n_resumed, n_measured,
-                       {"grid": g.to_dict(), "results_path": results_path, "ready_power_w": used,
-                        "dropped_partial_line": log.dropped_partial_line, **device.describe()})
+    out, drift = _carry_drift(out, log, recheck, f"{element} on {device.name}")
+    meta: dict[str, Any] = {"grid": g.to_dict(), "results_path": results_path, "ready_power_w": used,
+                            "dropped_partial_line": log.dropped_partial_line, **device.describe()}
+    if drift:
+        meta["ready_drift"] = drift
+    return SweepResult(tuple(out), tuple(skipped), n_resumed, n_measured, meta)
+
+
+def _file_age_s(log: ResultsLog, dk: str) -> float:
+    """How long ago the results file's value in force at ``dk`` was read, s (wall clock; inf
+    when the file does not say)."""
+    when = log.ready_unix_s.get(dk)
+    return math.inf if when is None else max(0.0, time.time() - when)
+
+
+def _carry_drift(sigs: list[Signature], log: ResultsLog, recheck: ReadyRecheck,
+                 where: str) -> tuple[list[Signature], dict[str, Any]]:
+    """``sigs`` with σ_s (``var_s_w2``) at every ω_dev whose readings differ, and the
+    ``ready_drift`` meta (label → :meth:`~measure.ready_drift.ReadyDrift.to_dict`); a flagged
+    drift is logged as a warning."""
+    found = drifts(log.ready_history, {k: _dev_label(k) for k in log.ready_history}, recheck.tolerance)
+    for d in found.values():
+        if d.flagged:
+            _logger.warning("%s", d.message(where))
+    var = {k: d.sigma_s_w ** 2 for k, d in found.items() if d.sigma_s_w > 0}
+    if var:
+        sigs = [s.with_(var_s_w2=var[dev_key(s.omega)]) if dev_key(s.omega) in var else s
+                for s in sigs]
+    return sigs, {d.label: d.to_dict() for d in found.values()}
 
 
 def _report(progress: ProgressCallback | None, done: int, total: int, label: str,

@@ -14,7 +14,7 @@ measured pair changes) raises :class:`frontier.transition.TransitionRuleError`: 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -26,17 +26,23 @@ from .protocol import Protocol, measure_ready_power_w
 
 
 def settle_time_s(device: Device, frm: OperatingPoint, to: OperatingPoint, timeout_s: float = 1.0,
-                  poll_s: float = 0.0005) -> float:
+                  poll_s: float = 0.0005, reached: Callable[[], bool] | None = None) -> float:
     """Seconds from setting ``to`` (starting at ``frm``) until the SM clock reads its target
     (``timeout_s`` when it never does, e.g. a clock above what the cap allows while idle).
 
-    ``frm`` is reached from the original settings (a None knob there means "as found")."""
+    ``frm`` is reached from the original settings (a None knob there means "as found").
+    ``reached`` (default: the SM clock reads ``to.sm_clock_mhz``; always true when ``to``
+    locks no SM clock) says when the new setting shows; ``ecal selftest --write`` passes
+    one per knob (the memory clock NVML reports, the power limit read back)."""
     device.restore()
     device.set_operating_point(frm)
+    target = to.sm_clock_mhz
+    if reached is None:
+        def reached() -> bool:
+            return target is None or device.clocks_mhz()["sm"] == target
     t0 = device.time_s()
     device.set_operating_point(to)
-    target = to.sm_clock_mhz
-    while target is not None and device.clocks_mhz()["sm"] != target:
+    while not reached():
         if device.time_s() - t0 > timeout_s:
             break
         device.idle(poll_s)

@@ -8,11 +8,16 @@ test checks the names against the installed nvidia-ml-py), real NVML constants a
 only every 100 ms of that clock, and settable failures per call.
 
 Use it by injection: ``NVMLDevice(nvml=fake, clock=fake.time, sleep=fake.sleep)``.
+``fake.time`` / ``sleep`` / ``busy`` run on the first card's clock; ``fake.card(i)`` gives card
+``i``'s own (``.time``, ``.sleep``, ``.busy``), each card keeping its own clock, as each GPU of
+a multi-GPU host is driven by its own worker process (``execution.multi_gpu``):
+``NVMLDevice(i, nvml=fake, clock=fake.card(i).time, sleep=fake.card(i).sleep)``.
 
 Fault injection (for tests/test_faults.py):
 
 * ``gpus=[FakeGPU(), ...]``: several cards (``nvmlDeviceGetCount``, handles by index or UUID);
-* ``state_path=``: file-backed cards — the card state (limit, locks, clock, counter) is loaded
+* ``state_path=``: file-backed cards (given neither ``gpu`` nor ``gpus``, an existing file
+  gives as many cards as it holds) — the card state (limit, locks, clock, counter) is loaded
   from that JSON file at the start of every call and saved after the call's effect (only when
   the call changed it: getters do not rewrite the file), so a test can SIGKILL a child
   process and then read or restore the "card" from another process. Each call's
@@ -104,6 +109,10 @@ class FakeGPU:
     next_tick: float = 0.1
     locked_sm: tuple[int, int] | None = None
     locked_mem: tuple[int, int] | None = None
+    # A clock lock shows in nvmlDeviceGetClockInfo only this long after its setter (0: at once).
+    clock_settle_s: float = 0.0
+    sm_locked_at_s: float = 0.0
+    mem_locked_at_s: float = 0.0
     lost: bool = False
     initialized: int = 0
     fail: dict[str, int] = field(default_factory=dict)   # call name -> NVML error code
@@ -164,6 +173,9 @@ def make_fake_pynvml(gpu: FakeGPU | None = None, *, gpus: list[FakeGPU] | None =
     """A fresh fake pynvml module over ``gpu`` (a new :class:`FakeGPU` by default) or the cards
     ``gpus`` (index order). With ``state_path`` the cards are file-backed (see module doc): an
     existing file's state wins over the given cards; a missing file is created from them."""
+    if not gpus and gpu is None and state_path is not None and os.path.exists(state_path):
+        # as many cards as the file holds (each worker of a multi-GPU run opens it this way)
+        gpus = [FakeGPU() for _ in load_cards(state_path)]
     cards = list(gpus) if gpus else [gpu or FakeGPU()]
     g0 = cards[0]
     errors = _error_classes()
@@ -330,7 +342,8 @@ def make_fake_pynvml(gpu: FakeGPU | None = None, *, gpus: list[FakeGPU] | None =
 
     @api
     def nvmlDeviceSetGpuLockedClocks(handle, minGpuClockMHz, maxGpuClockMHz):
-        _card(handle).locked_sm = (minGpuClockMHz, maxGpuClockMHz)
+        g = _card(handle)
+        g.locked_sm, g.sm_locked_at_s = (minGpuClockMHz, maxGpuClockMHz), g.t
 
     @api
     def nvmlDeviceResetGpuLockedClocks(handle):
@@ -338,7 +351,8 @@ def make_fake_pynvml(gpu: FakeGPU | None = None, *, gpus: list[FakeGPU] | None =
 
     @api
     def nvmlDeviceSetMemoryLockedClocks(handle, minMemClockMHz, maxMemClockMHz):
-        _card(handle).locked_mem = (minMemClockMHz, maxMemClockMHz)
+        g = _card(handle)
+        g.locked_mem, g.mem_locked_at_s = (minMemClockMHz, maxMemClockMHz), g.t
 
     @api
     def nvmlDeviceResetMemoryLockedClocks(handle):
@@ -371,8 +385,10 @@ def make_fake_pynvml(gpu: FakeGPU | None = None, *, gpus: list[FakeGPU] | None =
     def nvmlDeviceGetClockInfo(handle, type):  # noqa: A002 - pynvml's parameter name
         g = _card(handle)
         if type == consts.get("NVML_CLOCK_MEM", 2):
-            return g.locked_mem[1] if g.locked_mem else g.mem_clocks[0]
-        return g.locked_sm[1] if g.locked_sm else g.sm_clocks[0]
+            settled = g.locked_mem and g.t - g.mem_locked_at_s >= g.clock_settle_s
+            return g.locked_mem[1] if settled else g.mem_clocks[0]
+        settled = g.locked_sm and g.t - g.sm_locked_at_s >= g.clock_settle_s
+        return g.locked_sm[1] if settled else g.sm_clocks[0]
 
     @api
     def nvmlDeviceGetCurrentClocksEventReasons(handle):
@@ -416,6 +432,18 @@ def make_fake_pynvml(gpu: FakeGPU | None = None, *, gpus: list[FakeGPU] | None =
     mod.sleep = _locked(lambda dt: (_load(), g0.advance(dt), _save()))
     mod.busy = _locked(lambda dt, power_w: (_load(), g0.advance(dt, power_w), _save()))
     mod.save = _locked(lambda: _save(force=True))   # after changing a file-backed card by hand
+
+    def card(index: int) -> types.SimpleNamespace:
+        """Card ``index``'s own clock: ``time()``, ``sleep(dt)`` (idle power) and
+        ``busy(dt, power_w)``, as ``fake.time``/``sleep``/``busy`` are card 0's."""
+        c = cards[int(index)]
+        return types.SimpleNamespace(
+            gpu=c,
+            time=_locked(lambda: (_load(), c.t)[1]),
+            sleep=_locked(lambda dt: (_load(), c.advance(dt), _save())),
+            busy=_locked(lambda dt, power_w: (_load(), c.advance(dt, power_w), _save())))
+
+    mod.card = card
     mod.after_call = after_call
     mod.fail_calls = fail_calls
     mod.call_count = lambda name=None: counts.get(name, 0)

@@ -191,6 +191,9 @@ def test_one_profiler_step_is_read_by_its_launches(tmp_path, capsys):
     ("vectorized_layer_norm_kernel", "kernel", "memory"), ("reduce_kernel", "kernel", "memory"),
     ("convert_fp32_to_bf16", "kernel", "memory"), ("aten::mmx_unknown", "cpu_op", "memory"),
     (NCCL, "kernel", "memory"), ("something_else", "kernel", "memory"),
+    ("sm90_xmma_warpspecialized_bf16", "kernel", "compute"), ("volta_h884gemm", "kernel", "compute"),
+    ("turing_fp16_s1688hmma_128x128", "kernel", "compute"),
+    ("multi_tensor_apply_kernel<at::native::FusedAdamMathFunctor<float, 4> >", "kernel", "memory"),
 ])
 def test_classification_rule(name, cat, cls):
     assert classify(name, cat) == cls
@@ -206,7 +209,7 @@ def test_the_class_map_comes_first_longest_part_winning():
 # -- grouping and edges --------------------------------------------------------------------------
 
 def test_lanes_elements_tasks_edges_by_hand(trace_file):
-    w = group_trace(read_torch_trace(trace_file), streams="lanes")
+    w = group_trace(read_torch_trace(trace_file), streams="lanes", min_gap_s=None)
     assert w.gpus == ("gpu0", "gpu1") and w.lanes == ("gpu0.s7", "gpu0.s13", "gpu1")
     assert w.kernels == 8 and w.memory_ops == 1 and w.streams == 3
     assert w.kernel_time_s == pytest.approx(436e-6) and w.span_s == pytest.approx(400e-6)
@@ -230,7 +233,8 @@ def test_lanes_elements_tasks_edges_by_hand(trace_file):
 
 
 def test_min_duration_merges_runs_of_short_kernels(trace_file):
-    w = group_trace(read_torch_trace(trace_file), min_duration_s=10e-6, streams="lanes")
+    w = group_trace(read_torch_trace(trace_file), min_duration_s=10e-6, streams="lanes",
+                    min_gap_s=None)
     run = next(e for e in w.elements if "+" in e.name)
     assert run.name == "gpu0/vectorized_elementwise_kernel+1" and len(run.kernels) == 2
     assert run.duration_s == pytest.approx(6e-6) and run.roofline == "memory"
@@ -251,7 +255,8 @@ def test_a_run_takes_the_class_of_most_of_its_time():
 
 
 def test_serial_lays_a_device_out_in_start_order(trace_file):
-    w = group_trace(read_torch_trace(trace_file), streams="serial", device_prefix="rank")
+    w = group_trace(read_torch_trace(trace_file), streams="serial", device_prefix="rank",
+                    min_gap_s=None)
     assert w.lanes == ("rank0", "rank1") and w.edges == ()
     assert [t.element.split("/")[1][:6] for t in w.tasks if t.device == "rank0"] == [
         "ampere", "vector", "vector", "Memcpy", "ncclKe", "ampere"]
@@ -260,7 +265,7 @@ def test_serial_lays_a_device_out_in_start_order(trace_file):
 def test_same_short_name_different_identity_are_two_elements():
     ev = [_k("void k<1>(int)", 0, 7, 0, 5, grid=[1, 1, 1]), _k("void k<2>(int)", 0, 7, 10, 5, grid=[2, 1, 1]),
           _k("void k<1>(int)", 0, 7, 20, 7, grid=[1, 1, 1])]
-    w = group_trace(parse_torch_trace(ev), streams="lanes")
+    w = group_trace(parse_torch_trace(ev), streams="lanes", min_gap_s=None)
     assert [(e.name, e.tasks, round(e.duration_s * 1e6, 6)) for e in w.elements] == [
         ("gpu0/k", 2, 6.0), ("gpu0/k.2", 1, 5.0)]
 
@@ -323,11 +328,14 @@ def test_import_writes_a_workload_that_validates_and_plans(trace_file, tmp_path,
     assert main(["import", "torch-trace", str(trace_file), "-o", str(out), "--streams", "lanes"]) == 0
     text = capsys.readouterr().out
     assert "kernels     8 (1 memory copies/fills) on 2 device(s), 3 stream(s)" in text
-    assert "elements    6" in text and "tasks       8 on 3 lane(s)" in text
-    assert "edges       2" in text and "kernel time 0.436 ms" in text
+    # + launch gaps (test_launch_gaps_by_hand): 5, 7, 10, 60 us on gpu0 and 10 us on gpu1
+    assert "elements    11" in text and "tasks       13 on 3 lane(s)" in text
+    assert "5 launch gaps" in text and "edges       2 across streams" in text
+    assert "kernel time 0.436 ms" in text and "launch gaps 0.092 ms kept, 0.002 ms" in text
     doc = json.loads(out.read_text())
     validate(WorkloadFile, content(str(out), doc, "workload")[1], str(out))
-    assert doc["shape"]["kind"] == "dag" and len(doc["shape"]["tasks"]) == 8
+    assert doc["shape"]["kind"] == "dag" and len(doc["shape"]["tasks"]) == 13
+    assert doc["elements"]["gpu0/gap_60us"]["work"] == "traced_gap_60us"
     assert doc["transitions"] == {"constant": {"time_s": 0.002, "energy_j": 0.0}}
     assert {e["source"] for e in doc["elements"].values()} == {"step.sigs.json"}
     assert doc["elements"]["gpu1/flash_fwd_kernel"]["work"] == "traced_compute_40us"
@@ -341,7 +349,7 @@ def test_import_writes_a_workload_that_validates_and_plans(trace_file, tmp_path,
     assert main([*argv, "--grid", "sm_clock_mhz=1980,1380"]) == 0
     capsys.readouterr()
     wl = load_workload(out)
-    assert len(wl.problem.tasks) == 8 and wl.simulated
+    assert len(wl.problem.tasks) == 13 and wl.simulated
     assert main([*shlex.split(plan)[1:3], "--deadline", "1.2x", "-o", str(tmp_path / "plan.json"),
                  "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
@@ -362,7 +370,9 @@ def test_import_options_and_refusals(trace_file, tmp_path, capsys):
                  "--classes", str(classes), "--transitions", str(tr), "--signatures", "s/x.json",
                  "--name", "mine", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
-    assert res["lanes"] == ["rank0", "rank1"] and res["tasks"] == 7 and res["edges"] == 0
+    # 7 tasks (the two elementwise kernels one run) and 5 launch gaps (5, 7, 10, 60; 10 us)
+    assert res["lanes"] == ["rank0", "rank1"] and res["tasks"] == 12 and res["edges"] == 0
+    assert res["gap_tasks"] == 5 and res["gap_time_s"] == pytest.approx(92e-6)
     assert res["elements"]["rank0/ncclKernel_AllReduce_RING_LL_Sum_float"]["roofline"] == "compute"
     doc = json.loads(out.read_text())
     assert doc["name"] == "mine" and doc["idle_power_w"] == 90.0
