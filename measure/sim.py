@@ -102,6 +102,10 @@ class SimSpec:
     sm_bw_bps: float = 79.8e9          # what one SM can pull
     sm_bw_clock_exp: float = 0.3       # per-SM bandwidth ∝ (f/fmax)^this (latency-bound)
     bw_norm_p: float = 1.47            # p-norm combining the per-SM and HBM limits
+    # ... per kernel where it differs: a plain copy keeps more of its per-SM bandwidth near the
+    # HBM limit than the Triton axpy the value above was fitted to (copy_2GiB: fitted to the
+    # H200's copy alone at 8-64 SMs, experiments/results/corun_splits_h200.json, within 3 %)
+    kernel_bw_norm_p: tuple[tuple[str, float], ...] = (("copy_2GiB", 2.5),)
     roofline_q: float = 4.0            # smooth max of compute and memory time
     # thermal
     ambient_c: float = 28.0
@@ -174,9 +178,6 @@ class SimKernel:
     that launches on only that many SMs (e.g. a Triton grid of 4). ``kappa``/``theta`` name the
     implementation and workload. ``tiles``: independent work tiles (e.g. GEMM output tiles);
     when set, the last wave of tiles over n SMs may be partly empty (wave quantization).
-    ``bw_norm_p``: this kernel's knee between the per-SM and the HBM bandwidth limits (the
-    p-norm's p; None: the device's ``SimSpec.bw_norm_p``): a plain copy keeps more of its
-    per-SM bandwidth near the HBM limit than the Triton axpy the device's value was fitted to.
     """
 
     name: str
@@ -191,7 +192,6 @@ class SimKernel:
     overhead_s: float = 0.0
     link_bw_bps: float = 300e9
     link_sm_sat: int = 16
-    bw_norm_p: float | None = None
     kappa: str | None = None
     theta: str | None = None
 
@@ -231,9 +231,9 @@ PRESETS: dict[str, SimKernel] = {
     k.name: k for k in [
         _gemm(8192),
         _gemm(4096, eff=0.92, act=0.95),
-        # the knee and efficiency fitted to the H200's copy alone at 8-64 SMs (green contexts,
-        # experiments/results/corun_splits_h200.json: within 3 %) keeping its time on 132 SMs
-        SimKernel("copy_2GiB", bytes=2 * 2**31, mem_eff=0.847, bw_norm_p=2.5, activity=0.0,
+        # efficiency set with its bandwidth knee (SimSpec.kernel_bw_norm_p) to keep its time
+        # on 132 SMs (1.004 ms) while matching the H200's copy at 8-64 SMs
+        SimKernel("copy_2GiB", bytes=2 * 2**31, mem_eff=0.847, activity=0.0,
                   kappa="torch copy_", theta="fp32 copy of 2 GiB"),
         *[_axpy(n) for n in (4, 16, 33, 66, 132)],
         _attention("flash", eff=0.318, act=0.41),
@@ -446,7 +446,7 @@ class SimulatedGPU(Device):
                 per_sm *= sm_bw_scale
             if stall != 1.0:
                 per_sm /= stall
-            p = s.bw_norm_p if k.bw_norm_p is None else k.bw_norm_p
+            p = dict(s.kernel_bw_norm_p).get(k.name, s.bw_norm_p)
             bw = (hbm**-p + per_sm**-p) ** (-1.0 / p)
             t_m = k.bytes / bw
         t_l = k.link_bytes / (k.link_bw_bps * min(1.0, n_sm / k.link_sm_sat)) if k.link_bytes else 0.0
