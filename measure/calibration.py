@@ -273,3 +273,46 @@ def simulate_split_coruns(seed: int = 0, spec: SimSpec = H200, protocol: Protoco
                      "sim_dev_time_pct": _dev_pct(sig.time_s, pred.time_s),
                      "sim_dev_energy_pct": _dev_pct(sig.energy_j, pred.energy_j)})
     return rows
+
+
+#: The protocol ``experiments/corun_splits_real.py`` measured the real splits with.
+SPLITS_PROTOCOL = Protocol(window_s=0.6, target_rse=0.01, min_windows=3, max_windows=6)
+
+
+def simulate_real_splits(splits: list[Mapping[str, Any]], seed: int = 0, spec: SimSpec = H200,
+                         protocol: Protocol = SPLITS_PROTOCOL) -> list[dict[str, Any]]:
+    """The real GEMM ∥ copy co-runs at SM splits (the ``splits`` rows of a corun-splits file,
+    ``experiments/corun_splits_real.py``) on a simulated H200, with the real invocation counts
+    and protocol: each side measured alone in its partition, ⊕ of the two chains predicted, the
+    co-run measured (one ``run_parallel`` call, disjoint partitions), each point from the null
+    context. Rows ``{corun, split, counts, real_dev_time_pct, real_dev_energy_pct,
+    real_flagged_energy, sim_dev_time_pct, sim_dev_energy_pct, real_power_w, sim_power_w}``."""
+    from frontier.compose import par, seq
+
+    gpu = SimulatedGPU(seed=seed, spec=spec)
+    gpu.seed_point("ready")
+    ready = measure_ready_power_w(gpu, protocol)
+    rows = []
+    for r in splits:
+        (a_sm, b_sm), (k1, k2) = r["split"], r["k"]
+        parts = (("gemm_bf16_8192", a_sm, int(k1)), ("copy_2GiB", b_sm, int(k2)))
+        chains = []
+        for e, sm, n in parts:
+            gpu.seed_point(f"{e}@{sm}")
+            el = measure_point(gpu, PRESETS[e], f"{e}@{sm}", protocol, ready_w=ready, sm_count=sm)
+            chains.append(seq([el] * n, name=f"{e}@{sm}x{n}"))
+        name = f"gemm@{a_sm} ∥ copy@{b_sm}"
+        pred = par(chains, name=name)
+        streams = [(PRESETS[e], n, sm) for e, sm, n in parts]
+        gpu.seed_point(name)
+        sig = measure_point(gpu, lambda s=streams: gpu.run_parallel(s), name, protocol, ready_w=ready)
+        dev, meas = r["deviation"], r["measured"]
+        rows.append({"corun": name, "split": [a_sm, b_sm], "counts": [int(k1), int(k2)],
+                     "real_dev_time_pct": float(dev["error_time_pct"]),
+                     "real_dev_energy_pct": float(dev["error_energy_pct"]),
+                     "sim_dev_time_pct": _dev_pct(sig.time_s, pred.time_s),
+                     "sim_dev_energy_pct": _dev_pct(sig.energy_j, pred.energy_j),
+                     "real_flagged_energy": bool(dev.get("flagged_energy", True)),
+                     "real_power_w": float(meas["energy_j"]) / float(meas["time_s"]),
+                     "sim_power_w": sig.energy_j / sig.time_s})
+    return rows

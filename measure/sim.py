@@ -8,8 +8,12 @@ Everything happens in **virtual time**: nothing sleeps, so tests and demos are f
 * **static power** rises with clock, voltage and temperature: board + C·V²·f clock tree +
   leakage ∝ V·(1 + k·(θ − 40 °C)); ready ≈ 123 W at 1980 MHz, deep idle ≈ 79 W at 345 MHz;
 * **dynamic power** ∝ C·V²·f × activity (compute and data movement) plus HBM power;
-* the **power cap** is enforced the way firmware does it: the SM clock is lowered until the
-  board power fits (and dithers a little, so capped work varies run to run);
+* the **power cap** is enforced the way firmware does it: on a time average. The SM clock is
+  lowered only as far as needed to keep an exponential moving average of board power (time
+  constant ``cap_window_s``) under the limit, so capped work bursts above the limit after a
+  quieter spell and sits at it once it has run for a few time constants (and the capped clock
+  dithers a little, so capped work varies run to run); ``cap_window_s = 0`` holds the board at
+  the limit at every instant;
 * a **thermal RC** state (die temperature relaxes towards ambient + R·P with time constant τ);
 * an **energy counter** that ticks every ~100 ms (73–127 ms) with a little noise, and reads
   that cost ~4 ms, like NVML's on the H200;
@@ -98,6 +102,10 @@ class SimSpec:
     sm_bw_bps: float = 79.8e9          # what one SM can pull
     sm_bw_clock_exp: float = 0.3       # per-SM bandwidth ∝ (f/fmax)^this (latency-bound)
     bw_norm_p: float = 1.47            # p-norm combining the per-SM and HBM limits
+    # ... per kernel where it differs: a plain copy keeps more of its per-SM bandwidth near the
+    # HBM limit than the Triton axpy the value above was fitted to (copy_2GiB: fitted to the
+    # H200's copy alone at 8-64 SMs, experiments/results/corun_splits_h200.json, within 3 %)
+    kernel_bw_norm_p: tuple[tuple[str, float], ...] = (("copy_2GiB", 2.5),)
     roofline_q: float = 4.0            # smooth max of compute and memory time
     # thermal
     ambient_c: float = 28.0
@@ -110,6 +118,13 @@ class SimSpec:
     tick_max_s: float = 0.127
     counter_noise_j: float = 0.05
     read_cost_s: float = 0.004
+    # the power cap limits a time average: the firmware lowers the SM clock only as far as it
+    # must to keep an exponential moving average of board power (this time constant, s) at or
+    # under the limit, so capped work after a quieter spell bursts above the limit for a while
+    # and capped work beside lower-power work clocks higher; 0 = the limit at every instant
+    # (the simulator before issue 30). Fitted to the H200's GEMM entries after idle
+    # (experiments/sim_cap_window.py)
+    cap_window_s: float = 0.04
     cap_clock_dither: float = 0.012    # relative clock dither when power-capped (per 50 ms)
     cap_clock_wander: float = 0.010    # slow wander of the capped clock (s.d., relative) ...
     cap_clock_wander_tau_s: float = 1.0  # ... with this correlation time
@@ -120,20 +135,27 @@ class SimSpec:
     power_limit_switch_s: float = 0.001
     time_jitter: float = 2e-5          # relative run-to-run time noise when not capped
     power_noise: float = 0.01          # relative board-power fluctuation per 50 ms of work
-    # co-runs (run_parallel): a persistent stream sharing its SMs with full-grid blocks has its
-    # per-SM, latency-bound bandwidth divided by 1 + this × their activity (L1/L2 contention);
-    # fitted (jointly with the next one) to the H200's GEMM ∥ axpy@4SM time deviation
-    # (experiments/sim_corun_calibration.py)
-    corun_l2_interference: float = 1.6
+    # co-runs (run_parallel); the five corun_* parameters are fitted together (least squares,
+    # experiments/sim_corun_calibration.py) on the H200's GEMM ∥ axpy@4SM (no partitions) and
+    # GEMM ∥ copy at the 64+64 and 120+8 green-context splits, time and energy deviations from
+    # ⊕; checked on GEMM ∥ copy (no partitions) and the 96+32 and 112+16 splits.
+    # A persistent stream sharing its SMs with full-grid blocks has its per-SM, latency-bound
+    # bandwidth divided by 1 + this × their activity (L1/L2 contention)
+    corun_l2_interference: float = 1.12
     # memory-system pressure between streams running at the same instant, whatever their SM
-    # partitions (green contexts included): a stream's compute time is stretched and its per-SM
-    # bandwidth divided by 1 + x/(1 + x), x = this × the HBM bandwidth fraction the other
-    # streams draw (their traffic crosses the same L2 slices, crossbar and HBM queues, raising
-    # load latency, and a streaming co-runner evicts the other's L2-resident operands; the
-    # x/(1 + x) form, at most a doubling, is an assumption). Fitted, jointly with the one above,
-    # to the H200's GEMM ∥ axpy@4SM energy deviation (the GEMM slows next to a 4-SM stream);
-    # never checked on a green-context split (data/h200 holds no such co-run)
-    corun_mem_interference: float = 3.75
+    # partitions: a stream's compute time is stretched and its per-SM bandwidth divided by
+    # 1 + x/(1 + x) (at most a doubling: an assumption), where x adds up three terms:
+    #   this × U**corun_mem_exponent, U the HBM bandwidth fraction the other streams draw
+    #   (queues in L2, crossbar and HBM: the latency climbs steeply as HBM nears saturation);
+    corun_mem_interference: float = 4.75
+    corun_mem_exponent: float = 3.23
+    #   this × the HBM fraction drawn by streams whose blocks sit on this stream's own SMs (a
+    #   persistent grid without a partition beside full-grid blocks: L1 and load queues shared);
+    corun_shared_mem_interference: float = 3.84
+    #   this × the share of the device's SMs the other streams keep busy with FLOPs (a GEMM
+    #   re-reads its operand tiles from L2 far more than it draws from HBM; a latency-bound
+    #   copy on a few SMs beside it slows)
+    corun_l2_pressure: float = 0.52
 
     def supported_sm_clocks(self) -> tuple[float, ...]:
         """SM clocks (MHz, descending) in steps of ``sm_clock_step_mhz``."""
@@ -213,8 +235,10 @@ PRESETS: dict[str, SimKernel] = {
     k.name: k for k in [
         _gemm(8192),
         _gemm(4096, eff=0.92, act=0.95),
-        SimKernel("copy_2GiB", bytes=2 * 2**31, mem_eff=1.0, activity=0.0, kappa="torch copy_",
-                  theta="fp32 copy of 2 GiB"),
+        # efficiency set with its bandwidth knee (SimSpec.kernel_bw_norm_p) to keep its time
+        # on 132 SMs (1.004 ms) while matching the H200's copy at 8-64 SMs
+        SimKernel("copy_2GiB", bytes=2 * 2**31, mem_eff=0.847, activity=0.0,
+                  kappa="torch copy_", theta="fp32 copy of 2 GiB"),
         *[_axpy(n) for n in (4, 16, 33, 66, 132)],
         _attention("flash", eff=0.318, act=0.41),
         _attention("efficient", eff=0.171, act=0.405),
@@ -379,6 +403,8 @@ class SimulatedGPU(Device):
         ready = self._static_w(spec.sm_clock_max_mhz, spec.mem_clocks_mhz[0], 40.0)
         self._temp = (spec.ambient_c + spec.thermal_r_c_per_w * ready
                       if start_temperature_c is None else float(start_temperature_c))
+        # the firmware's moving average of board power (W), which the power cap limits
+        self._p_avg = self._ready_w()
 
     # -- physics ----------------------------------------------------------------------------
     def voltage_v(self, sm_clock_mhz: float) -> float:
@@ -435,7 +461,7 @@ class SimulatedGPU(Device):
                 per_sm *= sm_bw_scale
             if stall != 1.0:
                 per_sm /= stall
-            p = s.bw_norm_p
+            p = dict(s.kernel_bw_norm_p).get(k.name, s.bw_norm_p)
             bw = (hbm**-p + per_sm**-p) ** (-1.0 / p)
             t_m = k.bytes / bw
         t_l = k.link_bytes / (k.link_bw_bps * min(1.0, n_sm / k.link_sm_sat)) if k.link_bytes else 0.0
@@ -462,13 +488,17 @@ class SimulatedGPU(Device):
                 + s.hbm_w * u_m * fmem / s.mem_clocks_mhz[0])
 
     def kernel_state(self, k: SimKernel, op: OperatingPoint | None = None,
-                     temperature_c: float | None = None, sm_count: int | None = None) -> KernelState:
-        """Steady per-invocation time and power of ``k`` (the cap lowers the clock to fit)."""
+                     temperature_c: float | None = None, sm_count: int | None = None,
+                     power_cap_w: float | None = None) -> KernelState:
+        """Steady per-invocation time and power of ``k`` (the cap lowers the clock to fit).
+
+        ``power_cap_w`` replaces the power limit for this call: the power the firmware allows
+        right now (:meth:`allowed_power_w`), which is above the limit after a quieter spell."""
         s = self.spec
         op = op or self._op
         temp = self._temp if temperature_c is None else temperature_c
         fmem = op.mem_clock_mhz or s.mem_clocks_mhz[0]
-        cap = op.power_limit_w or s.power_limit_default_w
+        cap = power_cap_w if power_cap_w is not None else (op.power_limit_w or s.power_limit_default_w)
         alloc = sm_count if sm_count is not None else op.sm_count
         n_sm = self.operating_set().granted_sm_count(alloc) if alloc else s.sm_count
         if k.sm_request is not None:
@@ -492,13 +522,20 @@ class SimulatedGPU(Device):
         dt = float(np.clip(s.tick_s + s.tick_jitter_s * self._rng.standard_normal(), s.tick_min_s, s.tick_max_s))
         return _quantize(dt, TIME_QUANTUM_S)
 
-    def _advance(self, dt: float, power_w: float) -> None:
+    def _advance(self, dt: float, power_w: float, nominal_w: float | None = None) -> None:
         """Move virtual time by ``dt`` (rounded to :data:`TIME_QUANTUM_S`) at constant board
-        power (ticks and temperature)."""
+        power (ticks, temperature, and the firmware's power average, which follows the
+        noise-free ``nominal_w`` when given: the controller sees the model's power, the
+        per-chunk power noise stands for what the counter sees)."""
         dt = _quantize(dt, TIME_QUANTUM_S)
         if dt <= 0:
             return
         s = self.spec
+        p_seen = power_w if nominal_w is None else nominal_w
+        if s.cap_window_s > 0:
+            self._p_avg = p_seen + (self._p_avg - p_seen) * math.exp(-dt / s.cap_window_s)
+        else:
+            self._p_avg = p_seen
         end = self._t + dt
         c = self._counter
         while c.next_tick_s <= end:
@@ -514,6 +551,25 @@ class SimulatedGPU(Device):
 
     def _ready_w(self) -> float:
         return self.static_power_w()
+
+    def power_average_w(self) -> float:
+        """The firmware's moving average of board power (W, time constant ``cap_window_s``):
+        what the power cap limits."""
+        return self._p_avg
+
+    def allowed_power_w(self, horizon_s: float, op: OperatingPoint | None = None) -> float:
+        """The board power (W) the firmware allows for the next ``horizon_s`` of work: the
+        most that keeps its power average at or under the limit at the end of it,
+        ``(limit − a·avg) / (1 − a)`` with ``a = exp(−horizon_s / cap_window_s)``. Above the
+        limit after a quieter spell, at it once the average sits there, below it after an
+        overshoot; the limit itself when ``cap_window_s`` is 0."""
+        s = self.spec
+        op = op or self._op
+        cap = op.power_limit_w or s.power_limit_default_w
+        if s.cap_window_s <= 0:
+            return cap
+        a = math.exp(-max(horizon_s, TIME_QUANTUM_S) / s.cap_window_s)
+        return (cap - a * self._p_avg) / (1.0 - a)
 
     # -- Device interface -------------------------------------------------------------------
     def energy_j(self) -> float:
@@ -558,7 +614,8 @@ class SimulatedGPU(Device):
         The noise generator is reseeded from the seed and a SHA-256 of ``key``, and the
         transient state that history would otherwise carry is put into the **null context**
         the protocol assumes before a point: the device ready and idle (no work running, not
-        power-capped, no capped-clock wander) at the steady ready temperature of the settings
+        power-capped, no capped-clock wander, the firmware's power average at ready power) at
+        the steady ready temperature of the settings
         in force (:meth:`ready_temperature_c`), and the energy counter's tick phase restarted
         (a new counter epoch: readings keep counting up, but their differences no longer
         depend on the energy before it). Virtual time keeps running (it stays monotonic).
@@ -571,6 +628,7 @@ class SimulatedGPU(Device):
         self._wander = 0.0
         self._last_clock = self._op.sm_clock_mhz or self.spec.sm_clock_max_mhz
         self._temp = self.ready_temperature_c()
+        self._p_avg = self._ready_w()     # long idle: the power average is the ready power
         c = self._counter
         # the new epoch's base: at least the last reading (monotonic), about the true total
         base = max(c.base_j + c.value_j, _quantize(self._e_true, ENERGY_QUANTUM_J))
@@ -710,8 +768,13 @@ class SimulatedGPU(Device):
         left = n
         while left > 0:
             st = self.kernel_state(k, sm_count=sm_count)
-            jitter = s.cap_clock_dither if st.capped else s.time_jitter
             m = max(1, min(left, int(chunk_s / max(st.time_s, 1e-9))))
+            if st.capped and s.cap_window_s > 0:
+                # the cap limits a moving average: the clock this chunk may run at is set by
+                # the power the firmware allows over it (more after a quieter spell)
+                st = self.kernel_state(k, sm_count=sm_count,
+                                       power_cap_w=self.allowed_power_w(st.time_s * m))
+            jitter = s.cap_clock_dither if st.capped else s.time_jitter
             # Under the cap, the firmware dithers the clock: time and power move together
             # so the power stays at the cap.
             scale = 1.0 + jitter * float(self._rng.standard_normal())
@@ -721,11 +784,11 @@ class SimulatedGPU(Device):
                     self._rng.standard_normal())
                 scale *= 1.0 + self._wander
             dt = st.time_s * m * scale
-            power = st.power_w if st.capped else st.power_w / scale
-            power *= 1.0 + s.power_noise * float(self._rng.standard_normal())
+            nominal_w = st.power_w if st.capped else st.power_w / scale
+            power = nominal_w * (1.0 + s.power_noise * float(self._rng.standard_normal()))
             self._last_capped = st.capped
             self._last_clock = st.sm_clock_mhz / scale if st.capped else st.sm_clock_mhz
-            self._advance(dt, power)
+            self._advance(dt, power, nominal_w)
             done_before = n - left
             left -= m
             if on_half is not None and done_before < half <= n - left:
@@ -742,8 +805,9 @@ class SimulatedGPU(Device):
           streams take turns on the SMs left, one kernel at a time (each advances one
           invocation per round);
         * **power cap**: one clock for the board, the highest at which static power plus the
-          streams' dynamic power (averaged over a round of turns) fits under the cap, with the
-          dither and wander of a capped single kernel;
+          streams' dynamic power (averaged over a round of turns) fits under what the firmware
+          allows (the cap on a moving average, as in :meth:`run`), with the dither and wander
+          of a capped single kernel;
         * **HBM**: what is drawn at once is at most the HBM bandwidth (every stream's HBM limit
           scaled by one factor until it fits);
         * **contention on shared SMs**: a persistent stream sharing its SMs with full-grid
@@ -770,15 +834,18 @@ class SimulatedGPU(Device):
         return min(n_sm, k.sm_request) if k.sm_request is not None else n_sm
 
     def corun_state(self, kernels: Sequence[tuple[SimKernel, int | None]],
-                    temperature_c: float | None = None) -> tuple[tuple[float, ...], float, float, bool]:
+                    temperature_c: float | None = None,
+                    power_cap_w: float | None = None) -> tuple[tuple[float, ...], float, float, bool]:
         """Steady co-run of ``(kernel, sm_count)`` streams at the settings in force: (the time
         each stream takes per invocation while they all run, board power W (time-averaged over
-        time slices), SM clock MHz, capped). See :meth:`run_parallel` for the model."""
+        time slices), SM clock MHz, capped). ``power_cap_w`` replaces the power limit (the
+        power the firmware allows right now, :meth:`allowed_power_w`). See
+        :meth:`run_parallel` for the model."""
         s = self.spec
         op = self._op
         temp = self._temp if temperature_c is None else temperature_c
         fmem = op.mem_clock_mhz or s.mem_clocks_mhz[0]
-        cap = op.power_limit_w or s.power_limit_default_w
+        cap = power_cap_w if power_cap_w is not None else (op.power_limit_w or s.power_limit_default_w)
         f_max = op.sm_clock_mhz or s.sm_clock_max_mhz
         ks = [k for k, _ in kernels]
         asked = [self._granted_sms(k, sm) for k, sm in kernels]
@@ -820,7 +887,21 @@ class SimulatedGPU(Device):
             grid_frac = sum(wi * u for wi, u, fl in zip(w, hbm_frac, full) if fl)
             others = [pinned_frac - (0.0 if fl else u) + (0.0 if fl else grid_frac)
                       for u, fl in zip(hbm_frac, full)]
-            stall = [1.0 + _sat(s.corun_mem_interference * x) for x in others]
+            # ... and the L2 operand traffic of the compute-bound streams beside it: the share
+            # of the device's SMs busy with their FLOPs (a GEMM re-reads its tiles from L2 many
+            # times over what it draws from HBM), counted the same way
+            comp = [(t[1] / t[0]) * n / s.sm_count for t, n in zip(alone, n_eff)]
+            pinned_comp = sum(c for c, fl in zip(comp, full) if not fl)
+            grid_comp = sum(wi * c for wi, c, fl in zip(w, comp, full) if fl)
+            others_comp = [pinned_comp - (0.0 if fl else c) + (0.0 if fl else grid_comp)
+                           for c, fl in zip(comp, full)]
+            # ... and, in proportion, the HBM traffic of streams whose blocks sit on this
+            # stream's own SMs (a persistent grid without a partition beside full-grid blocks)
+            res_frac = sum(u for u, r in zip(hbm_frac, resident) if r)
+            shared = [res_frac if fl else (grid_frac if r else 0.0) for fl, r in zip(full, resident)]
+            stall = [1.0 + _sat(s.corun_mem_interference * max(x, 0.0) ** s.corun_mem_exponent
+                                + s.corun_shared_mem_interference * z + s.corun_l2_pressure * y)
+                     for x, y, z in zip(others, others_comp, shared)]
 
             def with_hbm(scale: float) -> tuple[list[tuple[float, float, float, float]], float]:
                 tms = [self._times(k, f, fmem, n, hbm_scale=scale, sm_bw_scale=x, stall=st)
@@ -864,7 +945,11 @@ class SimulatedGPU(Device):
         self._busy = True
         while left:
             ids = sorted(left)
-            times, p, clock, capped = self.corun_state([(streams[i][0], streams[i][2]) for i in ids])
+            pairs = [(streams[i][0], streams[i][2]) for i in ids]
+            times, p, clock, capped = self.corun_state(pairs)
+            if capped and s.cap_window_s > 0:   # the cap limits a moving average (see run)
+                horizon = min(min(left[i] * t for i, t in zip(ids, times)), 0.05)
+                times, p, clock, capped = self.corun_state(pairs, power_cap_w=self.allowed_power_w(horizon))
             t_i = dict(zip(ids, times))
             nominal = min(min(left[i] * t_i[i] for i in ids), 0.05)
             jitter = s.cap_clock_dither if capped else s.time_jitter
@@ -874,11 +959,11 @@ class SimulatedGPU(Device):
                 self._wander = a * self._wander + math.sqrt(1 - a * a) * s.cap_clock_wander * float(
                     self._rng.standard_normal())
                 scale *= 1.0 + self._wander
-            power = p if capped else p / scale
-            power *= 1.0 + s.power_noise * float(self._rng.standard_normal())
+            nominal_w = p if capped else p / scale
+            power = nominal_w * (1.0 + s.power_noise * float(self._rng.standard_normal()))
             self._last_capped = capped
             self._last_clock = clock / scale if capped else clock
-            self._advance(nominal * scale, power)
+            self._advance(nominal * scale, power, nominal_w)
             for i in ids:
                 left[i] -= nominal / t_i[i]
                 if left[i] <= 1e-9:

@@ -133,10 +133,12 @@ def test_in_context_protocol_preheats_the_die_before_the_windows():
     temperature), so it measures slower than at the null context."""
     from frontier.operating_point import OperatingPoint
     from measure.protocol import Protocol, measure_point
-    from measure.sim import SimulatedGPU, preset
+    from measure.sim import SimulatedGPU, preset, with_spec
 
     def point(proto):
-        gpu = SimulatedGPU(seed=3)
+        # the instantaneous cap: the cap window's bursts after each tick wait (±0.5 % with the
+        # tick phase) would hide the ~0.5 % this test is about
+        gpu = SimulatedGPU(seed=3, spec=with_spec(cap_window_s=0.0))
         gpu.set_operating_point(OperatingPoint(sm_clock_mhz=1980, power_limit_w=450))
         gpu.seed_point("gemm")
         return measure_point(gpu, preset("gemm_bf16_8192"), "gemm", proto), gpu

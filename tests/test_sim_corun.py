@@ -1,13 +1,13 @@
 """The simulator's co-run model (``SimulatedGPU.run_parallel``) against the real H200 composites.
 
-What is simulated and what is not (``docs/simulator.md``): the co-run model reproduces the two
-same-device parallel composites' deviation from ⊕ (GEMM ∥ copy is not fitted; GEMM ∥ axpy@4SM
-fixes the two fitted parameters, its time the shared-SM contention and its energy the
-memory-system pressure) and back-to-back GEMMs throttle at the power cap. It does *not*
-reproduce the sequential context effects (a GEMM after a copy runs faster on the real card,
-whose cap acts on averaged power; the simulator caps each kernel on its own). Co-runs in disjoint
-SM partitions interfere through the memory system only (shared HBM and L2), a regime the real
-data do not hold. The tests below pin what agrees, what does not, and the model's mechanisms.
+What is simulated and what is not (``docs/simulator.md``): the five co-run parameters are
+fitted together on GEMM ∥ axpy@4SM (no partitions) and GEMM ∥ copy at the 64+64 and 120+8
+green-context splits; GEMM ∥ copy without partitions and the 96+32 and 112+16 splits are checks
+(``experiments/sim_corun_calibration.py``). Back-to-back GEMMs throttle at the power cap, which
+acts on a moving average of power (``cap_window_s``), so a GEMM beside a copy in one stream
+runs faster than ⊗ predicts, as on the card; the GEMM ⊗ axpy energy is still too high.
+Overlapping contexts are unchecked. The tests below pin what agrees, what does not, and the
+model's mechanisms.
 """
 
 from __future__ import annotations
@@ -79,8 +79,10 @@ def test_fitted_row_agrees_and_known_gaps_stay_documented(sim):
     real_dt, real_de = REAL_DEVIATION_PCT["par_gemm8192_axpy_sm4"]
     assert agreement(real_dt, dt, SIZE_FACTOR)["size"] and agreement(real_de, de, SIZE_FACTOR)["size"]
     dt, _ = _dev(sim, "seq_gemm8192_copy")
-    assert abs(dt) < 1.0   # ⊗ holds on the simulator; the H200 ran it 5 % faster
-    assert not agreement(REAL_DEVIATION_PCT["seq_gemm8192_copy"][0], dt, SIZE_FACTOR)["direction"]
+    # the cap on a moving average: the GEMM clocks up beside the copy, as on the H200 (−5.1 %);
+    # with the instantaneous cap (cap_window_s = 0) ⊗ held within 0.1 %
+    assert dt < -2.0
+    assert agreement(REAL_DEVIATION_PCT["seq_gemm8192_copy"][0], dt, SIZE_FACTOR)["direction"]
     _, de = _dev(sim, "seq_gemm8192_axpy_sm4")
     assert not agreement(REAL_DEVIATION_PCT["seq_gemm8192_axpy_sm4"][1], de, SIZE_FACTOR)["size"]
 
@@ -141,7 +143,8 @@ def test_l2_interference_is_what_slows_the_resident_axpy():
     a, g = preset("axpy_triton_sm4"), preset("gemm_bf16_8192")
     on = SimulatedGPU().corun_state([(g, None), (a, None)])[0][1]
     no_sm = SimulatedGPU(spec=with_spec(corun_l2_interference=0.0)).corun_state([(g, None), (a, None)])[0][1]
-    off = SimulatedGPU(spec=with_spec(corun_l2_interference=0.0, corun_mem_interference=0.0)
+    off = SimulatedGPU(spec=with_spec(corun_l2_interference=0.0, corun_mem_interference=0.0,
+                                      corun_shared_mem_interference=0.0, corun_l2_pressure=0.0)
                        ).corun_state([(g, None), (a, None)])[0][1]
     alone = SimulatedGPU().kernel_state(a).time_s
     assert off < 1.1 * alone and on > 3 * alone and no_sm < 0.5 * on
@@ -163,27 +166,51 @@ def _pinned_clock(mhz):
 
 def test_disjoint_partitions_interfere_through_the_memory_system():
     """stage_forward on 112 SMs ∥ p2p_send on 16 (the demo's split, disjoint as granted), at a
-    clock where the cap does not bind: without the memory-pressure term the forward runs as
-    alone; with it the send's HBM traffic stalls it while both run, by at most a doubling."""
+    clock where the cap does not bind: without the memory-pressure terms the forward runs as
+    alone; with them the send's HBM traffic stalls it a little and the forward's L2 traffic
+    slows the send, by at most a doubling. The HBM term grows steeply with the co-runner's
+    bandwidth (fitted exponent ≈ 3): a copy on 64 SMs stalls a GEMM far more than one on 8."""
     gpu = _pinned_clock(1440)
     f, p = preset("stage_forward"), preset("p2p_send")
     alone = gpu().kernel_state(f, sm_count=112)
+    send_alone = gpu().kernel_state(p, sm_count=16)
     assert not alone.capped
-    (t_off, _), _, _, capped = gpu(corun_mem_interference=0.0).corun_state([(f, 112), (p, 16)])
+    off = {"corun_mem_interference": 0.0, "corun_l2_pressure": 0.0}
+    (t_off, s_off), _, _, capped = gpu(**off).corun_state([(f, 112), (p, 16)])
     assert not capped and t_off == pytest.approx(alone.time_s, rel=1e-12)
+    assert s_off == pytest.approx(send_alone.time_s, rel=1e-12)
     (t_on, t_send), p_on, _, _ = gpu().corun_state([(f, 112), (p, 16)])
-    assert alone.time_s * 1.05 < t_on < 2 * alone.time_s
-    # the send feels the forward's traffic too, and it is still far shorter than the forward
-    assert gpu().kernel_state(p, sm_count=16).time_s < t_send < 0.1 * t_on
+    assert alone.time_s < t_on < 1.05 * alone.time_s
+    # the send feels the forward's L2 traffic, and it is still far shorter than the forward
+    assert send_alone.time_s < t_send < 0.1 * t_on
     # stalled compute draws no compute power: the co-run draws less than the two alone
-    p_alone = alone.power_w + gpu().kernel_state(p, sm_count=16).power_w - gpu().static_power_w()
+    p_alone = alone.power_w + send_alone.power_w - gpu().static_power_w()
     assert p_on < p_alone
-    # the pressure grows with what the co-runner draws: a copy on 64 SMs stalls a GEMM more
-    # than a copy on 8 (disjoint partitions both)
     g, c = preset("gemm_bf16_8192"), preset("copy_2GiB")
     slow = [gpu().corun_state([(g, n), (c, k)])[0][0] / gpu().kernel_state(g, sm_count=n).time_s
             for n, k in ((120, 8), (64, 64))]
-    assert 1.0 < slow[0] < slow[1] < 2.0
+    assert 1.0 < slow[0] < 1.02 and 1.2 < slow[1] < 2.0
+
+
+def test_green_context_splits_keep_the_card_s_energy_sign():
+    """GEMM ∥ copy at the four real splits (experiments/results/corun_splits_h200.json, fixed
+    copies below): where the card saves energy against ⊕ (flagged at 64+64, 96+32, 112+16) the
+    simulator saves too; time within ×1.5 everywhere. 64+64 and 120+8 are fitted, 96+32 and
+    112+16 are held out."""
+    from measure.calibration import simulate_real_splits
+
+    real = {(64, 64): ((98, 215), 43.9, -12.2), (96, 32): ((126, 132), 26.0, -11.5),
+            (112, 16): ((136, 72), 28.2, -4.3), (120, 8): ((142, 38), 29.0, -0.3)}
+    rows = simulate_real_splits([
+        {"split": list(sp), "k": list(k), "deviation": {"error_time_pct": dt, "error_energy_pct": de},
+         "measured": {"energy_j": 1.0, "time_s": 1.0}} for sp, (k, dt, de) in real.items()])
+    for r in rows:
+        _k, dt, de = real[tuple(r["split"])]
+        assert dt / SIZE_FACTOR <= r["sim_dev_time_pct"] <= dt * SIZE_FACTOR, r
+        if de < -1.0:
+            assert r["sim_dev_energy_pct"] < 0.0, r
+        else:   # the card's −0.3 % at 120+8 is within its noise (z = −1.9, not flagged)
+            assert abs(r["sim_dev_energy_pct"]) < 3.0, r
 
 
 def test_corun_is_a_function_of_seed_and_key():
