@@ -33,7 +33,7 @@ from _common import rows_table  # noqa: E402
 from frontier.files import write_json_atomic, write_text_atomic  # noqa: E402
 
 EXAMPLES = ROOT / "ecal" / "examples"
-WORKLOADS = ("workload_1f1b.json", "workload_fwd.json", "workload_bwd.json")
+WORKLOADS = ("workload_1f1b.json", "pipeline_4x8.csv")
 
 
 def _busy(stop: Any) -> None:

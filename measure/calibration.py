@@ -139,7 +139,7 @@ def _dev_pct(measured: float, predicted: float) -> float:
 
 
 def compare_composites_to_h200(data: Mapping[str, Any] | None = None, seed: int = 0,
-                               size_factor: float = 1.5) -> list[dict[str, Any]]:
+                               size_factor: float = 1.5, spec: SimSpec = H200) -> list[dict[str, Any]]:
     """One row per composite: real measured T and E, the real ⊕/⊗ prediction from the real
     elements, the simulator's measured T and E, its prediction from its own elements, both
     deviations (%), and whether the simulator agrees in **direction** (same sign) and **size**
@@ -160,7 +160,7 @@ def compare_composites_to_h200(data: Mapping[str, Any] | None = None, seed: int 
     s = static_power_w(data)
     real_sigs = element_signatures(data)
     real = {c["name"]: c for c in data["compositions"]}
-    sim = simulate_composites(seed)
+    sim = simulate_composites(seed, spec=spec)
     rows = []
     for name, _parallel, _parts in COMPOSITES:
         comp = real[name]

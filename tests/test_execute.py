@@ -249,12 +249,12 @@ def test_deterministic_for_a_seed(demo, executed):
 
 def test_demo_plan_is_flagged_when_run(executed):
     # The plan composes alone-characterized options (compute ⊕ send), a 2 ms switch and
-    # top-clock idle power; the simulated run pays co-runs, its own settle latencies and
-    # ready power at the locked clock. Eq. 23 flags the step.
+    # top-clock idle power; the simulated run pays co-runs (memory pressure in the shared
+    # HBM and L2, fitted to the H200's split co-runs), its own settle latencies and ready
+    # power at the locked clock. Eq. 23 flags the step.
     res = executed
     assert res.flagged
-    assert res.step.deviation.flagged_time
-    assert res.step.measured_time_s > res.step.predicted_time_s
+    assert res.step.deviation.flagged_time or res.step.deviation.flagged_energy
     paid = sum(sum(v) for v in res.switches_s.values())
     if sum(len(v) for v in res.switches_s.values()):
         assert paid > sum(res.planned_switch_s.values())   # the simulator's latency exceeds 2 ms

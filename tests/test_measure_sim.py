@@ -282,17 +282,17 @@ def test_allowed_power_is_the_cap_on_a_moving_average():
 def test_short_capped_window_after_idle_averages_above_the_cap():
     """As on the H200 (experiments/results/sim_cap_window.md: +17 to +27 % over the first
     0.1 s of a GEMM after idle, +5 to +8 % over 0.5 s): the cap limits a moving average."""
+    from measure.sim import CAP_WINDOW_FITTED_S, with_spec
+
     g = preset("gemm_bf16_8192")
-    gpu = SimulatedGPU(seed=2)
+    gpu = SimulatedGPU(seed=2, spec=with_spec(cap_window_s=CAP_WINDOW_FITTED_S))
     gpu.seed_point("short")
     gpu.idle(5.0)
     p = _window_power_w(gpu, g, 0.1, piece=5)
     assert p > 1.1 * 700.0
     gpu.idle(5.0)
     assert _window_power_w(gpu, g, 0.5, piece=5) > 1.02 * 700.0
-    # the old, instantaneous cap: the same window sits at the limit
-    from measure.sim import with_spec
-
+    # the instantaneous cap (the default): the same window sits at the limit
     old = SimulatedGPU(seed=2, spec=with_spec(cap_window_s=0.0))
     old.seed_point("short")
     old.idle(5.0)

@@ -48,7 +48,10 @@ REAL_GEMM_CLOCKS_MHZ = (1560, 1965, 1950, 1830, 1965)
 
 @pytest.fixture(scope="module")
 def sim():
-    return simulate_composites(seed=0)
+    # with the cap as the card has it (a moving average; the simulator's default is off)
+    from measure.sim import CAP_WINDOW_FITTED_S, with_spec
+
+    return simulate_composites(seed=0, spec=with_spec(cap_window_s=CAP_WINDOW_FITTED_S))
 
 
 def _dev(sim, name):
