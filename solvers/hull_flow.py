@@ -34,10 +34,12 @@ whatever the rounding), so it is a valid lower bound. Their difference, the dual
 by the rounding, is checked: above :data:`GAP_REL_TOL` of the objective's scale the solve
 raises :class:`FlowInexact` and :class:`~solvers.hull_lp.HullLP` falls back to the LP.
 
-Measured (``experiments/bench_hull_flow.py``, 1F1B, 1.05x): the bound agrees with the LP's
-to 1e-13 relative, but OR-Tools' time grows about as fast as the LP's (cost scaling pushes
-flow one arc per step through a DAG as deep as the microbatches; on a 2,048-task chain it
-takes 11 s, on 8,192 tasks 186 s), so the LP stays the default.
+Measured (``experiments/bench_hull_flow.py``, one solve at 1.05x, 2-core machine): the bound
+agrees with the LP's to 1e-12 relative or better; on 1F1B (16 stages, 4,096 to 16,384 tasks)
+build + solve takes 0.35-0.5x the LP's time with less memory, but both grow superlinearly
+(tasks^1.67 for the flow, ^1.95 for the LP), and on a one-device chain the flow is 2-9x
+slower than the LP (tasks^2.16): OR-Tools' cost scaling moves flow one arc per step through
+a DAG as deep as its microbatches. So the LP stays :class:`~solvers.hull_lp.HullLP`'s default.
 
 The residual distances come from label-correcting sweeps over the DAG's depth levels
 (forward arcs in rising level order, the reversed flow-carrying arcs in falling order) until

@@ -78,8 +78,9 @@ class HullLP:
 
     With ``method="flow"``, :meth:`solve` solves the LP's dual, a minimum-cost flow
     (:mod:`solvers.hull_flow`, needs OR-Tools), and the LP itself only when the flow cannot
-    certify the optimum; :meth:`linprog` always solves the LP. The LP stays the default: on
-    1F1B the flow code's time grows as fast as the LP's (``experiments/bench_hull_flow.py``)."""
+    certify the optimum; :meth:`linprog` always solves the LP. The LP stays the default: the
+    flow is 2-3x faster on 1F1B but no closer to linear, and slower on chains
+    (``experiments/bench_hull_flow.py``)."""
 
     def __init__(self, p: Problem, warm: bool = True, *, process_min_tasks: int | None = None,
                  method: str | None = None):
