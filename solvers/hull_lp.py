@@ -10,6 +10,7 @@ LP once per problem and re-solves it for each deadline (warm, when ``highspy`` i
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -21,9 +22,16 @@ from scipy.sparse import coo_matrix, csr_matrix
 from frontier.errors import InputError
 
 from .guarded import ChildFailed, ChildServer
+from .hull_flow import FlowInexact, FlowNet, flow_available, flow_net, solve_hull_flow
 from .model import Problem
 from .options import LimitOptions
 from .quiet import c_stdout_quiet
+
+log = logging.getLogger(__name__)
+
+#: How :meth:`HullLP.solve` solves: "flow" (:mod:`solvers.hull_flow`, its dual min-cost flow,
+#: about linear in the tasks) or "lp" (a general LP code, the reference).
+METHODS = ("flow", "lp")
 
 
 def lower_hull(t: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -66,15 +74,30 @@ class HullLP:
     times S_0..S_{n-1}, the makespan M (M ≤ D), then the δ's; rows: one per precedence pair,
     S_u + t_slow_u − Σ δ_u − S_w ≤ 0, and S_v + t_slow_v − Σ δ_v − M ≤ 0 for tasks without
     successors. Same optimum as the convex-combination form (a λ per hull vertex and one
-    equality row per task), in fewer rows: measured 2.4× faster per solve on 8x32 1F1B."""
+    equality row per task), in fewer rows: measured 2.4× faster per solve on 8x32 1F1B.
 
-    def __init__(self, p: Problem, warm: bool = True, *, process_min_tasks: int | None = None):
+    With ``method="flow"``, :meth:`solve` solves the LP's dual, a minimum-cost flow
+    (:mod:`solvers.hull_flow`, needs OR-Tools), and the LP itself only when the flow cannot
+    certify the optimum; :meth:`linprog` always solves the LP. The LP stays the default: the
+    flow is 2-3x faster on 1F1B but no closer to linear, and slower on chains
+    (``experiments/bench_hull_flow.py``)."""
+
+    def __init__(self, p: Problem, warm: bool = True, *, process_min_tasks: int | None = None,
+                 method: str | None = None):
         """The LP of ``p``; ``warm``: re-solve a warm HiGHS model when ``highspy`` is
         installed (False: a cold ``scipy.optimize.linprog`` solve every time).
         ``process_min_tasks`` (default :attr:`solvers.options.LimitOptions.lp_process_min_tasks`):
         from this many tasks on, the LP is solved in a child process (:mod:`solvers.guarded`)
         that a signal or the safety net (:func:`solvers.limits.wall_net`) stops at once; the
-        same code solves it there, so the results are the same."""
+        same code solves it there, so the results are the same. ``method``: "lp" (default) or
+        "flow" (InputError when OR-Tools is not installed)."""
+        if method is None:
+            method = "lp"
+        if method not in METHODS:
+            raise InputError(f"hull LP method {method!r}: expected one of {', '.join(METHODS)}")
+        if method == "flow" and not flow_available():
+            raise InputError("hull LP method 'flow' needs OR-Tools (pip install ortools)")
+        self.method = method
         ix = p.index
         self.p = p
         n = ix.n
@@ -110,7 +133,8 @@ class HullLP:
         self.c = np.concatenate([np.zeros(n), [ix.p_total], self.seg_slope_j_per_s])
         if process_min_tasks is None:
             process_min_tasks = LimitOptions().lp_process_min_tasks
-        args = (self.c, self.A_ub, self._rhs(), self._upper(0.0), n, bool(warm))
+        net = flow_net(n, self.rows, self.off) if method == "flow" else None
+        args = (self.c, self.A_ub, self._rhs(), self._upper(0.0), n, bool(warm), net)
         self._engine: _LPEngine | None = None
         self._child: ChildServer | None = None
         if n >= process_min_tasks:
@@ -200,9 +224,10 @@ class _LPEngine:
     give the same answers in both."""
 
     def __init__(self, c: np.ndarray, A: csr_matrix, rhs: np.ndarray, upper: np.ndarray, n: int,
-                 warm: bool):
+                 warm: bool, net: FlowNet | None = None):
         self.c, self.A, self.rhs, self.upper, self.n = c, A, np.array(rhs, dtype=float), upper, n
         self.warm = warm
+        self.net = net                          # the min-cost flow's structure, or None: LP only
         self._h = None if warm else False       # None: not built yet; False: cold solves only
 
     def _highs(self):
@@ -267,8 +292,17 @@ class _LPEngine:
 
     def solve(self, deadline_s: float) -> tuple[float, np.ndarray, np.ndarray, float]:
         """(objective without the constant, x, edge duals μ (not yet clipped at 0), slope
-        d value / d deadline) at ``deadline_s``; RuntimeError when it has no optimum."""
+        d value / d deadline) at ``deadline_s``; RuntimeError when it has no optimum. With a
+        flow structure, the min-cost flow first (the LP when it cannot certify the optimum)."""
         n = self.n
+        if self.net is not None:
+            try:
+                sol = solve_hull_flow(self.net, -self.rhs[self.net.owner_row], self.upper[n + 1:],
+                                      self.c[n + 1:], float(self.c[n]), deadline_s)
+                return sol.value_j, sol.x, sol.duals, sol.slope_j_per_s
+            except FlowInexact as exc:
+                log.info("hull LP at D=%s: the min-cost flow did not certify (%s); solving the LP",
+                         deadline_s, exc)
         hs = self._highs()
         if hs is not None:
             h, highspy = hs
