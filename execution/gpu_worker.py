@@ -31,7 +31,7 @@ from typing import Any
 
 from frontier.operating_point import OperatingPoint
 from measure.device import Device, restoring
-from measure.protocol import Protocol, measure_ready_power_w, wait_for_tick
+from measure.protocol import Protocol, close_window, measure_ready_power_w, wait_for_tick
 from solvers.model import Problem
 
 from .results import DeviceWindow, TaskRun
@@ -169,12 +169,7 @@ class _Worker:
             if not measured:
                 self.conn.send(("held", k))
                 continue
-            t_end = gpu.time_s()
-            if tick:
-                t_b, e_b = wait_for_tick(gpu, proto.tick_timeout_s, proto.poll_s)
-                tail = t_b - t_end
-            else:
-                e_b, tail = gpu.energy_j(), 0.0
+            e_b, tail = close_window(gpu, proto, tick)
             e = (e_b - e_a) - ready_w * tail
             window = DeviceWindow(k, d, e_a, e_b, tail, ready_w, e, finish, mk, None)
             self.conn.send(("window", k, window, runs))

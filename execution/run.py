@@ -36,7 +36,13 @@ from frontier.deviation import deviation
 from frontier.operating_point import OperatingPoint
 from frontier.signature import Signature
 from measure.device import Device, can_co_run, restoring
-from measure.protocol import Protocol, measure_ready_power_w, relative_se, wait_for_tick
+from measure.protocol import (
+    Protocol,
+    close_window,
+    measure_ready_power_w,
+    relative_se,
+    wait_for_tick,
+)
 from measure.sim import SimulatedGPU
 from solvers.calibration import plan_calibration
 from solvers.model import Problem
@@ -355,12 +361,7 @@ def _measure_steps(runner: _Runner, names: list[str], protocol: Protocol, warmup
             if left > 0:
                 gpu.idle(left)          # hold the step to the makespan at ready power
             true_b = _true(gpu)
-            t_end = gpu.time_s()
-            if tick:
-                t_b, e_b = wait_for_tick(gpu, protocol.tick_timeout_s, protocol.poll_s)
-                tail = t_b - t_end
-            else:
-                e_b, tail = gpu.energy_j(), 0.0
+            e_b, tail = close_window(gpu, protocol, tick)
             e = (e_b - e_a[d]) - ready_w[d] * tail
             total += e
             dev_e[d].append(e)

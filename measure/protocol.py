@@ -124,6 +124,17 @@ def wait_for_tick(device: Device, timeout_s: float = 1.0, poll_s: float = 0.0) -
                               "(is the counter supported on this GPU?)")
 
 
+def close_window(device: Device, protocol: Protocol, tick: bool) -> tuple[float, float]:
+    """End a measurement window now: (the counter's reading J, the tail s between now and that
+    reading). Tick-aligned (``tick``): wait for the counter's next tick, so the tail is idle
+    time at ready power the caller subtracts; else read it at once (no tail)."""
+    if not tick:
+        return device.energy_j(), 0.0
+    t_end = device.time_s()
+    t_b, e_b = wait_for_tick(device, protocol.tick_timeout_s, protocol.poll_s)
+    return e_b, t_b - t_end
+
+
 def ready_power_windows_w(device: Device, protocol: Protocol = Protocol()) -> list[float]:
     """The energy counter's slope over each of ``protocol.ready_windows`` tick-aligned idle
     windows, W (what :func:`measure_ready_power_w` averages; ``ecal selftest`` also reads their
