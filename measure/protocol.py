@@ -9,6 +9,7 @@ the next tick and subtract ready power × that wait: 0.6 s windows then reach ~0
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -25,6 +26,8 @@ from .device import Device, DeviceError
 WindowKind = Literal["tick_aligned", "naive"]
 
 #: Clock-event reasons that are not part of the operating point (recorded per window).
+log = logging.getLogger(__name__)
+
 SLOWDOWN_REASONS = frozenset({"HwSlowdown", "SwThermalSlowdown", "HwThermalSlowdown", "HwPowerBrakeSlowdown"})
 
 
@@ -44,6 +47,14 @@ class Protocol:
     ``preheat_max_s``), e.g. the temperature the device held while a plan ran (what
     :func:`execution.run.run_plan` reports); a tight cap throttles harder on a hot die, which a
     point measured cool does not see.
+
+    ``cap_settle_s``: how long power-capped work must run before the power limit, a time
+    average in the firmware, holds it at the limit. On the real H200 capped windows of 0.6 s
+    averaged 7 % above the limit and only windows of seconds sat at it
+    (``experiments/results/sim_cap_window.md``); ``ecal selftest --write`` measures it for your
+    card (``power_cap_windows``). A point that ran power-capped (``SwPowerCap``) for less than
+    this, warm-up and windows together, is flagged in its metadata (``cap_window_short``):
+    its energy may not be what the same work costs run for longer.
     """
 
     window: WindowKind = "tick_aligned"
@@ -62,6 +73,7 @@ class Protocol:
     ready_windows: int = 3
     context_temp_c: float | None = None
     preheat_max_s: float = 30.0
+    cap_settle_s: float = 3.0
 
     def __post_init__(self) -> None:
         if self.window not in ("tick_aligned", "naive"):
@@ -69,7 +81,8 @@ class Protocol:
         for k in ("window_s", "target_rse", "tick_timeout_s", "ready_window_s"):
             if not getattr(self, k) > 0:
                 raise InputError(f"Protocol.{k} must be > 0, got {getattr(self, k)!r}")
-        for k in ("warmup_s", "cooldown_s", "cooldown_max_s", "poll_s", "preheat_max_s"):
+        for k in ("warmup_s", "cooldown_s", "cooldown_max_s", "poll_s", "preheat_max_s",
+                  "cap_settle_s"):
             if getattr(self, k) < 0:
                 raise InputError(f"Protocol.{k} must be >= 0, got {getattr(self, k)!r}")
         if not 1 <= self.min_windows <= self.max_windows:
@@ -286,6 +299,12 @@ def measure_point(device: Device, work: Any, name: str, protocol: Protocol = Pro
     times = [w.time_per_invocation_s for w in windows]
     energies = [w.energy_per_invocation_j for w in windows]
     reasons = sorted({r for w in windows for r in w.throttle_reasons})
+    # the longest stretch the capped work ran before a window ended: the warm-up and every
+    # window, back to back when there is no cooldown between them
+    ran_s = protocol.warmup_s + (sum(w.time_per_invocation_s * n for w in windows)
+                                 if protocol.cooldown_s == 0 and protocol.baseline_temp_c is None
+                                 else max(w.time_per_invocation_s * n for w in windows))
+    cap_short = "SwPowerCap" in reasons and ran_s < protocol.cap_settle_s
     # Power capping is part of the operating point; thermal or hardware slowdown is not: flag it.
     slow = [i for i, w in enumerate(windows) if set(w.throttle_reasons) & SLOWDOWN_REASONS]
     m = dict(meta or {})
@@ -301,6 +320,12 @@ def measure_point(device: Device, work: Any, name: str, protocol: Protocol = Pro
         device_time_s=device.time_s() - start,
         variance="of the mean over windows of per-invocation values",
     )
+    if "SwPowerCap" in reasons:
+        m.update(capped_run_s=ran_s, cap_window_short=cap_short)
+        if cap_short:
+            log.info("%s: power-capped for %.2f s, under the cap's settle time %.2f s "
+                     "(Protocol.cap_settle_s): flagged cap_window_short", name, ran_s,
+                     protocol.cap_settle_s)
     return Signature.from_runs(name, times, energies, s_w=ready_w, omega=omega,
                                kappa=kappa, theta=theta, meta=m)
 

@@ -156,3 +156,26 @@ def test_in_context_protocol_preheats_the_die_before_the_windows():
 
     spent = preheat(gpu, preset("copy_2GiB"), Protocol(context_temp_c=500.0, preheat_max_s=2.0))
     assert 2.0 <= spent <= 3.0 and gpu.time_s() - t0 == spent
+
+
+def test_capped_points_measured_too_briefly_are_flagged():
+    """The power limit is a time average (docs/simulator.md): a capped point that ran for less
+    than Protocol.cap_settle_s (warm-up and back-to-back windows) is flagged in its metadata."""
+    from frontier.errors import InputError
+    from measure.sim import preset
+
+    gpu = SimulatedGPU(seed=1)
+    gpu.seed_point("gemm")
+    sig = measure_point(gpu, preset("gemm_bf16_8192"), "gemm", Protocol(), ready_w=123.0)
+    ran = sig.meta["capped_run_s"]
+    assert "SwPowerCap" in sig.meta["throttle_reasons"] and 0.2 < ran < 3.0
+    assert sig.meta["cap_window_short"] is True
+    gpu.seed_point("gemm2")
+    sig2 = measure_point(gpu, preset("gemm_bf16_8192"), "gemm", Protocol(cap_settle_s=ran / 2),
+                         ready_w=123.0)
+    assert sig2.meta["cap_window_short"] is False
+    gpu.seed_point("copy")
+    copy = measure_point(gpu, preset("copy_2GiB"), "copy", Protocol(), ready_w=123.0)
+    assert "capped_run_s" not in copy.meta and "cap_window_short" not in copy.meta
+    with pytest.raises(InputError, match="cap_settle_s"):
+        Protocol(cap_settle_s=-1.0)
