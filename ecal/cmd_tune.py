@@ -21,9 +21,9 @@ def add_tune_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--confidence", type=float, default=0.95, metavar="P",
                    help="the deadline holds with this probability on the calibrated prediction "
                         "(default 0.95)")
-    p.add_argument("--rounds", type=int, default=4,
+    p.add_argument("--rounds", type=int, default=6,
                    help="most plan-and-run rounds (default: %(default)s: the first plan and up to "
-                        "three calibrated ones)")
+                        "five calibrated ones)")
     p.add_argument("--runs", type=int, default=5, metavar="K",
                    help="runs of each round's plan, each on its own simulator seed (default: "
                         "%(default)s); the deadline check is on their mean and spread")

@@ -12,9 +12,12 @@ on it:
    shares a seed with 1..SEED_STRIDE-1 (held out for checks); on a real GPU k repetitions;
 3. stop when the round passes both checks (:class:`RoundChecks`):
 
-   * **deadline at confidence P, measured**: over the k runs' measured steps (mean t̄,
-     sample σ s_t; k = 1: the run's own σ of its mean step), the bound on the next run
-     t̄ + z_P·s_t·sqrt(1 + 1/k) ≤ D (z_P one-sided: 1.645 at 0.95);
+   * **deadline at confidence P, measured**: over the k runs' measured steps (mean t̄), the
+     bound on the next run t̄ + t_{P,df}·s·sqrt(1 + 1/k) ≤ D, where s is the run-to-run σ of
+     the step: the runs' spread about their own plan's mean, pooled over this round and the
+     earlier ones (the noise is the device's, not the plan's; df = N − R for N runs in R
+     rounds), and t_{P,df} Student's one-sided quantile (2.13 for df 4, 1.70 for df 28 at
+     0.95; with one run a round, df 0: the run's own σ of its mean step and z_P);
    * **energy within σ**: the k runs' mean measured step energy Ē against the calibrated
      prediction E + b_E: |Ē − (E + b_E)| ≤ z·sqrt(σ_E² + σ_bE² + s_E²/k), where σ_E is the
      plan's propagated energy σ, σ_bE the calibration's σ of the energy offset, s_E the
@@ -22,12 +25,13 @@ on it:
      confidence (1.96 at 0.95: Eq. 23's c_α on the step at α = 1 − P);
 
 4. else measure the offsets between what the model predicted and what each run measured, for
-   the step and each device, time and energy alike, pool them over every run so far
-   (:func:`calibration_of`: mean offset b, and σ_b from the measurements' σ and the
-   offsets' spread, widened by sqrt(1 + 1/N) for N runs: where the next run's offset
-   falls), and plan again: the calibrated makespan T + b_T + z_P·sqrt(σ_T² + σ_b²) must
-   meet D. The next round is the held-out check of that calibration (measured on earlier
-   plans, tested on another).
+   the step and each device, time and energy alike (:func:`calibration_of`): the offset b is
+   the latest plan's mean (the offset moves with the plan: a plan solved against a tighter
+   deadline runs more tasks near the power cap, and the planner favours what the model is
+   optimistic about), its σ_b the run-to-run σ widened by sqrt(1 + 1/k) plus the spread of
+   the rounds' mean offsets, and plan again: the calibrated makespan
+   T + b_T + z_P·sqrt(σ_T² + σ_b²) must meet D. The next round is the held-out check of that
+   calibration (measured on earlier plans, tested on another).
 
 At most ``max_rounds`` rounds; the result says whether it converged, with every round's
 prediction, measurement and both checks. The plan it returns records its workload and its
@@ -64,8 +68,8 @@ from .workload import load_workload
 
 log = logging.getLogger(__name__)
 
-#: Rounds of ``ecal tune`` by default: the first plan, and up to three calibrated ones.
-DEFAULT_ROUNDS = 4
+#: Rounds of ``ecal tune`` by default: the first plan, and up to five calibrated ones.
+DEFAULT_ROUNDS = 6
 #: Runs of each round's plan by default (each on its own seed on the simulator).
 DEFAULT_RUNS_PER_ROUND = 5
 #: Run i of the loop uses seed ``seed + i*SEED_STRIDE``: seeds 1..1008 stay held out.
@@ -124,11 +128,24 @@ def energy_check(run: ExecutionResult, confidence: float = DEFAULT_CONFIDENCE) -
                        two_sided_z(confidence))
 
 
-def _mean_sd(values: Sequence[float], own_sd: float) -> tuple[float, float]:
-    """Mean and sample σ of ``values`` (one value: ``own_sd``)."""
-    if len(values) == 1:
-        return values[0], own_sd
-    return statistics.fmean(values), statistics.stdev(values)
+def _within(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
+    """Pooled within-group sample σ of ``groups`` (each group: one plan's runs) and its degrees
+    of freedom N − R (0: no group has two values)."""
+    df = sum(len(g) - 1 for g in groups if g)
+    if df == 0:
+        return 0.0, 0
+    ss = sum((x - statistics.fmean(g)) ** 2 for g in groups if g for x in g)
+    return math.sqrt(ss / df), df
+
+
+def quantile(confidence: float, df: int) -> float:
+    """The one-sided quantile at ``confidence``: Student's t with ``df`` degrees of freedom
+    (the σ it multiplies is estimated from the runs), the normal z_P when ``df`` is 0."""
+    if df <= 0:
+        return z_of(confidence)
+    from scipy.stats import t as student_t
+
+    return float(student_t.ppf(float(confidence), df))
 
 
 @dataclass(frozen=True)
@@ -140,17 +157,18 @@ class RoundChecks:
     n_runs: int
     mean_time_s: float
     sd_time_s: float
+    df: int
     energy: EnergyCheck
     runs_met: int
 
     @property
     def z(self) -> float:
-        """z_P, one-sided."""
-        return z_of(self.confidence)
+        """The one-sided quantile the bound uses: t_{P,df}, or z_P when df is 0."""
+        return quantile(self.confidence, self.df)
 
     @property
     def time_bound_s(self) -> float:
-        """t̄ + z_P·s_t·sqrt(1 + 1/k): where the next run's step falls with probability P."""
+        """t̄ + t_{P,df}·s·sqrt(1 + 1/k): where the next run's step falls with probability P."""
         return self.mean_time_s + self.z * self.sd_time_s * math.sqrt(1.0 + 1.0 / self.n_runs)
 
     @property
@@ -164,7 +182,7 @@ class RoundChecks:
         return self.deadline_kept and self.energy.within
 
     def deadline_label(self) -> str:
-        """``kept (bound 1369.1 ms, 5/5 runs met)`` or ``MISSED (bound +0.27 %, 3/5 met)``."""
+        """``kept (bound -0.06%, 5/5 runs met)`` or ``MISSED (bound +0.27%, 3/5 runs met)``."""
         b, D = self.time_bound_s, self.deadline_s
         runs = f"{self.runs_met}/{self.n_runs} runs met"
         return (f"kept (bound {b / D - 1:+.2%}, {runs})" if self.deadline_kept
@@ -172,19 +190,28 @@ class RoundChecks:
 
 
 def round_checks(runs: Sequence[ExecutionResult], deadline_s: float,
-                 confidence: float = DEFAULT_CONFIDENCE) -> RoundChecks:
-    """Both checks of the stop rule on the k runs of one plan (module docstring, step 3)."""
+                 confidence: float = DEFAULT_CONFIDENCE,
+                 earlier: Sequence[Sequence[ExecutionResult]] = ()) -> RoundChecks:
+    """Both checks of the stop rule on the k runs of one plan (module docstring, step 3);
+    ``earlier``: the earlier rounds' runs, whose spread about their own plan's mean pools into
+    the σ of the step (the run-to-run noise is the device's, not the plan's)."""
     if not runs:
         raise InputError("round_checks needs at least one run")
-    t, sd_t = _mean_sd([r.step.measured_time_s for r in runs], runs[0].step.sd_measured_time_s)
-    e, sd_e = _mean_sd([r.step.measured_energy_j for r in runs], runs[0].step.sd_measured_energy_j)
     k = len(runs)
+    times = [r.step.measured_time_s for r in runs]
+    sd_t, df = _within([times, *([r.step.measured_time_s for r in g] for g in earlier)])
+    if df == 0:                       # one run in every round: its own σ of its mean step
+        sd_t = runs[0].step.sd_measured_time_s
+    energies = [r.step.measured_energy_j for r in runs]
+    e = statistics.fmean(energies)
+    sd_mean_e = (statistics.stdev(energies) / math.sqrt(k) if k > 1
+                 else runs[0].step.sd_measured_energy_j)
     s = runs[0].step
-    sd_mean_e = sd_e / math.sqrt(k) if k > 1 else sd_e
     check = EnergyCheck(s.predicted_energy_j, e, math.hypot(s.sd_predicted_energy_j, sd_mean_e),
                         two_sided_z(confidence))
-    met = sum(r.step.measured_time_s <= deadline_s * (1.0 + 1e-9) for r in runs)
-    return RoundChecks(float(deadline_s), float(confidence), k, t, sd_t, check, met)
+    met = sum(t <= deadline_s * (1.0 + 1e-9) for t in times)
+    return RoundChecks(float(deadline_s), float(confidence), k, statistics.fmean(times), sd_t, df,
+                       check, met)
 
 
 @dataclass(frozen=True)
@@ -264,33 +291,40 @@ def _model_offset(c: Comparison, used: Offset) -> tuple[float, float, float, flo
             c.measured_energy_j - (c.predicted_energy_j - used.energy_j), c.sd_measured_energy_j)
 
 
-def _pooled(xs: Sequence[float], sds: Sequence[float]) -> tuple[float, float]:
-    """Mean of the offsets ``xs``, and the σ of the next one: the measurements' mean
-    variance plus the offsets' spread (population variance), widened by (1 + 1/N) for the
-    mean's own error."""
-    n = len(xs)
-    m = statistics.fmean(xs)
-    var = statistics.fmean(s * s for s in sds) + statistics.pvariance(xs, m)
-    return m, math.sqrt(var * (1.0 + 1.0 / n))
+def _pooled(groups: Sequence[Sequence[tuple[float, float]]]) -> tuple[float, float]:
+    """The offset for the next plan from ``groups`` (per round, oldest first: each run's
+    offset and its measurement σ): the latest plan's mean offset (the next plan is planned
+    against it, and the offset moves with the plan), and the σ of the next run's offset:
+    the run-to-run σ (pooled within rounds; no repeats: the runs' own σ) times
+    sqrt(1 + 1/k) for the latest mean's own error, plus the spread of the rounds' means (how
+    far the offset moved between plans), in quadrature."""
+    xs = [[x for x, _ in g] for g in groups if g]
+    sw, df = _within(xs)
+    own = statistics.fmean(sd * sd for g in groups for _, sd in g)
+    var_w = max(sw * sw, own) if df else own
+    means = [statistics.fmean(g) for g in xs]
+    between = statistics.pvariance(means) if len(means) > 1 else 0.0
+    return means[-1], math.sqrt(var_w * (1.0 + 1.0 / len(xs[-1])) + between)
 
 
-def calibration_of(measured: Sequence[tuple[ExecutionResult, Calibration]]) -> Calibration:
-    """The calibration from every run so far, each given with the calibration its plan was made
-    with: per the step and each device, the offsets (measured − model) pooled by
-    :func:`_pooled`, time and energy alike."""
-    if not measured:
+def calibration_of(rounds: Sequence[tuple[Sequence[ExecutionResult], Calibration]]) -> Calibration:
+    """The calibration from every round so far (oldest first), each given as its runs and the
+    calibration its plan was made with: per the step and each device, the offsets (measured −
+    model) combined by :func:`_pooled`, time and energy alike."""
+    rounds = [(runs, c) for runs, c in rounds if runs]
+    if not rounds:
         return Calibration()
 
-    def pool(rows: list[tuple[float, float, float, float]]) -> Offset:
-        t, sd_t = _pooled([r[0] for r in rows], [r[1] for r in rows])
-        e, sd_e = _pooled([r[2] for r in rows], [r[3] for r in rows])
+    def pool(rows: list[list[tuple[float, float, float, float]]]) -> Offset:
+        t, sd_t = _pooled([[(r[0], r[1]) for r in g] for g in rows])
+        e, sd_e = _pooled([[(r[2], r[3]) for r in g] for g in rows])
         return Offset(t, sd_t, e, sd_e)
 
-    step = pool([_model_offset(r.step, c.step) for r, c in measured])
-    names = list(dict.fromkeys(d.name for r, _ in measured for d in r.devices))
-    devices = {n: pool([_model_offset(d, c.device(n)) for r, c in measured
-                        for d in r.devices if d.name == n]) for n in names}
-    return Calibration(step, devices, len(measured))
+    step = pool([[_model_offset(r.step, c.step) for r in runs] for runs, c in rounds])
+    names = list(dict.fromkeys(d.name for runs, _ in rounds for r in runs for d in r.devices))
+    devices = {n: pool([[_model_offset(d, c.device(n)) for r in runs for d in r.devices
+                         if d.name == n] for runs, c in rounds]) for n in names}
+    return Calibration(step, devices, sum(len(runs) for runs, _ in rounds))
 
 
 def loop_seed(seed: int, i: int) -> int:
@@ -313,15 +347,16 @@ def tune_plan(problem: Problem, run_once: RunOnce, deadline_s: float, *,
     if runs_per_round < 1:
         raise InputError(f"runs_per_round must be >= 1, got {runs_per_round!r}")
     rounds: list[TuneRound] = []
-    measured: list[tuple[ExecutionResult, Calibration]] = []
     cal = Calibration()
+    n_runs = 0
     t0 = time.perf_counter()
     for k in range(1, max_rounds + 1):
         plan = solve_at_confidence(problem, deadline_s, confidence, method=method,
                                    time_limit_s=time_limit_s, options=options, calibration=cal)
-        runs = tuple(run_once(plan, loop_seed(seed, len(measured) + j)) for j in range(runs_per_round))
-        measured += [(r, cal) for r in runs]
-        rnd = TuneRound(k, cal, plan, runs, round_checks(runs, deadline_s, confidence))
+        runs = tuple(run_once(plan, loop_seed(seed, n_runs + j)) for j in range(runs_per_round))
+        n_runs += len(runs)
+        rnd = TuneRound(k, cal, plan, runs, round_checks(runs, deadline_s, confidence,
+                                                         [r.runs for r in rounds]))
         rounds.append(rnd)
         if progress is not None:
             progress(ProgressEvent(k, max_rounds, f"round {k}", time.perf_counter() - t0,
@@ -330,7 +365,7 @@ def tune_plan(problem: Problem, run_once: RunOnce, deadline_s: float, *,
                                            f"energy {rnd.checks.energy.label()}"))
         if rnd.passed:
             break
-        cal = calibration_of(measured)
+        cal = calibration_of([(r.runs, r.calibration) for r in rounds])
         log.info("round %d: %s; re-planning with the makespan offset %+.3f ± %.3f ms from %d run(s)",
                  k, "; ".join(rnd.problems), cal.step.time_s * 1e3, cal.step.sd_time_s * 1e3, cal.runs)
     return plan, tuple(rounds)
@@ -373,8 +408,8 @@ class TuneResult:
         k = self.rounds[0].checks.n_runs if self.rounds else 0
         lines = [f"tune {self.plan.problem}: deadline {D * 1e3:.3f} ms at confidence {P:g}, "
                  f"{len(self.rounds)} round(s) of {k} run(s) on {self.device} (seeds from {self.seed})",
-                 f"  stop rule: mean step + {z_of(P):.3f}·s·sqrt(1+1/k) <= deadline (s: the runs' "
-                 f"sample σ), and |mean E − predicted E| <= {two_sided_z(P):.2f}·σ (σ: plan's energy σ, "
+                 f"  stop rule: mean step + t_P·s·sqrt(1+1/k) <= deadline (s: the runs' σ about "
+                 f"their plan's mean, pooled over the rounds; t_P Student's at {P:g}), and |mean E − predicted E| <= {two_sided_z(P):.2f}·σ (σ: plan's energy σ, "
                  "the calibration's energy-offset σ and the runs' σ of their mean, combined)",
                  f"  {'round':>5} {'offset ms':>14} {'T pred ms':>16} {'T meas ms':>16} "
                  f"{'E pred J':>16} {'E meas J':>10}  deadline; energy"]
@@ -478,4 +513,4 @@ def tune(workload_file: str | os.PathLike, deadline: float | str, *,
 
 __all__ = ["DEFAULT_ROUNDS", "DEFAULT_RUNS_PER_ROUND", "SEED_STRIDE", "EnergyCheck", "RoundChecks",
            "TuneRound", "TuneResult", "calibration_of", "energy_check", "loop_seed", "round_checks",
-           "tune", "tune_plan", "tune_problem", "two_sided_z"]
+           "quantile", "tune", "tune_plan", "tune_problem", "two_sided_z"]

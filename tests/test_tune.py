@@ -136,15 +136,27 @@ def test_energy_within_sigma_is_two_sided_at_the_confidence():
 
 
 def test_the_deadline_check_bounds_the_next_run_from_the_k_runs():
-    # steps 1.00, 1.02, 1.04 s: mean 1.02, sample σ 0.02; bound 1.02 + 1.645·0.02·sqrt(4/3) = 1.05799
+    # steps 1.00, 1.02, 1.04 s: mean 1.02, sample σ 0.02 (df 2, t 2.919986);
+    # bound 1.02 + 2.919986·0.02·sqrt(4/3) = 1.087434
     runs = [_Run(_C("step", 1.0, t, 100.0, 100.0, sd_pe=1.0)) for t in (1.00, 1.02, 1.04)]
-    c = round_checks(runs, 1.06)
-    assert (c.mean_time_s, c.sd_time_s) == (pytest.approx(1.02), pytest.approx(0.02))
-    assert c.time_bound_s == pytest.approx(1.02 + 1.6448536 * 0.02 * math.sqrt(4 / 3), abs=1e-6)
+    c = round_checks(runs, 1.09)
+    assert (c.mean_time_s, c.sd_time_s, c.df) == (pytest.approx(1.02), pytest.approx(0.02), 2)
+    assert c.z == pytest.approx(2.919986, abs=1e-6)
+    assert c.time_bound_s == pytest.approx(1.087434, abs=1e-6)
     assert c.deadline_kept and c.runs_met == 3 and c.passed
-    tight = round_checks(runs, 1.05)          # every run met 1.05 s, the bound does not
+    tight = round_checks(runs, 1.08)          # every run met 1.08 s, the bound does not
     assert tight.runs_met == 3 and not tight.deadline_kept and not tight.passed
-    assert tight.deadline_label().startswith("MISSED (bound +0.76%, 3/3 runs met")
+    assert tight.deadline_label().startswith("MISSED (bound +0.69%, 3/3 runs met")
+    # an earlier round's spread about its own mean pools in: 1.10, 1.12 adds 2e-4 to the sum of
+    # squares (8e-4) and one degree of freedom: σ sqrt(1e-3/3), t 2.353363 (df 3)
+    pooled = round_checks(runs, 1.08, earlier=[[_Run(_C("step", 1.1, t, 1.0, 1.0)) for t in (1.10, 1.12)]])
+    assert pooled.df == 3 and pooled.sd_time_s == pytest.approx(math.sqrt(1e-3 / 3))
+    assert pooled.time_bound_s == pytest.approx(1.02 + 2.353363 * math.sqrt(1e-3 / 3) * math.sqrt(4 / 3),
+                                                abs=1e-6)
+    assert pooled.deadline_kept
+    # one run a round and none before: its own σ of its mean step, and z_P
+    one = round_checks([_Run(_C("step", 1.0, 1.0, 1.0, 1.0, sd_mt=0.01))], 1.05)
+    assert one.df == 0 and one.time_bound_s == pytest.approx(1.0 + 1.6448536 * 0.01 * math.sqrt(2))
     # the energy check is on the runs' mean: σ = sqrt(1² + (sample σ/sqrt(k))²)
     hot = [_Run(_C("step", 1.0, 1.0, 100.0, e, sd_pe=1.0)) for e in (101.0, 103.0, 105.0)]
     c = round_checks(hot, 1.06)
@@ -153,24 +165,26 @@ def test_the_deadline_check_bounds_the_next_run_from_the_k_runs():
     assert not c.energy.within and c.deadline_kept and not c.passed
 
 
-def test_the_calibration_pools_every_run_against_the_model():
-    # two runs of a plan made with offset +10 ms (predicted 1.01 = model 1.00 + 0.01) and one
-    # of a model-alone plan: model offsets 0.02, 0.04 and 0.03 s
+def test_the_calibration_is_the_latest_plans_offset_with_the_spread_of_all():
+    # round 1, a model-alone plan: one run, offset 0.03 s, 4 J; round 2, a plan made with
+    # offset +10 ms, 2 J (predicted = model + offset): two runs, model offsets 0.02 and 0.04 s,
+    # 5 and 7 J
     used = Calibration(Offset(0.01, 0.0, 2.0, 0.0), {"gpu0": Offset(0.01, 0.0, 2.0, 0.0)}, runs=1)
-    rows = [(_Run(_C("step", 1.01, 1.02, 52.0, 55.0, sd_mt=0.003, sd_me=1.0),
-                  (_C("gpu0", 1.01, 1.02, 52.0, 55.0, sd_mt=0.003, sd_me=1.0),)), used),
-            (_Run(_C("step", 1.01, 1.04, 52.0, 57.0, sd_mt=0.004, sd_me=1.0),
-                  (_C("gpu0", 1.01, 1.04, 52.0, 57.0, sd_mt=0.004, sd_me=1.0),)), used),
-            (_Run(_C("step", 1.00, 1.03, 50.0, 54.0, sd_mt=0.0, sd_me=1.0),
-                  (_C("gpu0", 1.00, 1.03, 50.0, 54.0, sd_mt=0.0, sd_me=1.0),)), Calibration())]
-    cal = calibration_of(rows)
-    assert cal.runs == 3 and cal.step.time_s == pytest.approx(0.03)
-    # variance: mean measurement variance (9+16+0)/3 e-6 + spread (1+1+0)/3 e-4, times (1 + 1/3)
-    var = ((9e-6 + 16e-6) / 3 + 2e-4 / 3) * 4 / 3
-    assert cal.step.sd_time_s == pytest.approx(math.sqrt(var))
-    # energy offsets 5, 7, 4 J: mean 16/3, variance 1 + pvar(5, 7, 4) = 1 + 14/9, times 4/3
-    assert cal.step.energy_j == pytest.approx(16 / 3)
-    assert cal.step.sd_energy_j == pytest.approx(math.sqrt((1 + 14 / 9) * 4 / 3))
+
+    def run(pt: float, mt: float, pe: float, me: float, sd_mt: float) -> _Run:
+        return _Run(_C("step", pt, mt, pe, me, sd_mt=sd_mt, sd_me=1.0),
+                    (_C("gpu0", pt, mt, pe, me, sd_mt=sd_mt, sd_me=1.0),))
+
+    rounds = [([run(1.00, 1.03, 50.0, 54.0, 0.0)], Calibration()),
+              ([run(1.01, 1.02, 52.0, 55.0, 0.003), run(1.01, 1.04, 52.0, 57.0, 0.004)], used)]
+    cal = calibration_of(rounds)
+    assert cal.runs == 3 and cal.step.time_s == pytest.approx(0.03)      # round 2's mean
+    # run-to-run variance: within round 2, (1e-4 + 1e-4)/1 = 2e-4 (> the runs' own, 8.3e-6),
+    # times 1 + 1/2; the rounds' means 0.03 and 0.03 do not spread
+    assert cal.step.sd_time_s == pytest.approx(math.sqrt(2e-4 * 1.5))
+    # energy: round 2's mean 6 J; within variance 2 (> own 1) times 1.5, plus pvar(4, 6) = 1
+    assert cal.step.energy_j == pytest.approx(6.0)
+    assert cal.step.sd_energy_j == pytest.approx(2.0)
     assert cal.device("gpu0") == cal.step
     assert calibration_of([]) == Calibration()
 
@@ -185,13 +199,13 @@ def test_each_run_of_the_loop_has_its_own_seed_and_none_is_held_out():
 
 @pytest.fixture(scope="module")
 def tuned():
-    return tune(WORKLOAD, "1.05x", microbatches=MICROBATCHES, seed=0, runs_per_round=3)
+    return tune(WORKLOAD, "1.05x", microbatches=MICROBATCHES, seed=0)
 
 
 def test_tune_converges_where_the_model_alone_misses(tuned):
     first = tuned.rounds[0]
     assert first.calibration.is_null and first.problems            # the model alone: a miss or off
-    assert tuned.converged and 2 <= len(tuned.rounds) <= 4
+    assert tuned.converged and 2 <= len(tuned.rounds) <= 6, tuned.summary()
     last = tuned.rounds[-1]
     assert last.passed and last.checks.deadline_kept and last.checks.energy.within
     assert last.checks.time_bound_s <= tuned.deadline_s
@@ -200,9 +214,9 @@ def test_tune_converges_where_the_model_alone_misses(tuned):
     assert seeds == [loop_seed(0, i) for i in range(len(seeds))]
     done = []
     for before, after in zip(tuned.rounds, tuned.rounds[1:]):
-        done += [(r, before.calibration) for r in before.runs]
+        done.append((before.runs, before.calibration))
         assert after.calibration == calibration_of(done)
-        assert after.calibration.runs == len(done)
+        assert after.calibration.runs == sum(len(r) for r, _ in done)
     t = tuned.plan.meta["tune"]
     assert t["converged"] is True and len(t["rounds"]) == len(tuned.rounds)
     assert t["rounds"][-1]["deadline_kept"] is True and t["rounds"][-1]["energy_within"] is True
@@ -224,7 +238,7 @@ def test_the_tuned_plan_keeps_its_deadline_on_seeds_it_was_not_tuned_on(tuned, t
 def test_ecal_tune_then_ecal_run(tmp_path, capsys):
     out = tmp_path / "plan.json"
     rc = main(["tune", str(WORKLOAD), "--deadline", "1.05x", "--microbatches", str(MICROBATCHES),
-               "--runs", "3", "-o", str(out)])
+               "-o", str(out)])
     text = capsys.readouterr().out
     assert rc == 0, text
     assert "converged: deadline met at confidence 0.95" in text and "calibrated" in text
