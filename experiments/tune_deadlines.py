@@ -20,8 +20,8 @@ mean step ≤ D) and, for the tuned plan, runs whose measured energy is within �
 savings of the tuned plan against all-max and the best single point (mean over the 20 seeds
 of 1 − E_tuned/E_baseline, ± its standard error).
 
-    python experiments/tune_deadlines.py                 # the nine workload files, ~30 min on 2 busy cores
-    python experiments/tune_deadlines.py --only demo     # the demo's row (adds ~5 min)
+    python experiments/tune_deadlines.py --demo          # ten workloads, ~45 min on 2 busy cores (rows can run apart: --only NAME --out DIR)
+    python experiments/tune_deadlines.py --only demo     # the demo row alone, kept with the others
 
 Writes experiments/results/tune_deadlines.{md,json}.
 """
@@ -143,63 +143,51 @@ def saving(tuned: list[ExecutionResult], base: list[ExecutionResult]) -> tuple[f
     return statistics.fmean(s), statistics.stdev(s) / len(s) ** 0.5
 
 
-def row(name: str, problem: Any, r: TuneResult, run: Runner, all_max: Plan, single: Plan | None,
-        wall_s: float) -> dict[str, Any]:
-    """One workload's row: the loop, then every plan on the 20 seeds."""
+def row(name: str, problem: Any, r: TuneResult, run: Runner,
+        baselines: dict[str, tuple[Plan | None, Runner, str]], wall_s: float) -> dict[str, Any]:
+    """One workload's row: the loop, then every plan on the 20 seeds. ``baselines``: for
+    ``all_max`` and ``single``, (plan or None, how to run it, its label)."""
     D = r.deadline_s
     tuned, model = runs_of(run, r.plan), runs_of(run, r.rounds[0].plan)
-    top, one = runs_of(run, all_max), runs_of(run, single)
     over = [100 * (x.step.measured_time_s / D - 1) for x in tuned]
-    sv_max, sd_max = saving(tuned, top)
-    sv_one, sd_one = saving(tuned, one)
-    return {"workload": name, "tasks": problem.n_tasks, "deadline_ms": 1e3 * D,
-            "rounds": len(r.rounds), "converged": r.converged,
-            "model_met": met(model, D), "tuned_met": met(tuned, D),
-            "tuned_misses": sum(x.step.measured_time_s > D * (1 + 1e-9) for x in tuned),
-            "tuned_worst_pct": max(over), "tuned_mean_pct": statistics.fmean(over),
-            "energy_within": f"{sum(energy_check(x).within for x in tuned)}/{len(tuned)}",
-            "worst_energy_z": max(abs(energy_check(x).z) for x in tuned),
-            "all_max_met": met(top, D), "single": single.method.split("ω ")[-1] if single else "-",
-            "single_met": met(one, D),
-            "saved_vs_all_max_pct": sv_max, "sd_saved_vs_all_max_pct": sd_max,
-            "saved_vs_single_pct": sv_one, "sd_saved_vs_single_pct": sd_one,
-            "tune_wall_s": wall_s}
+    checks = [energy_check(x) for x in tuned]
+    out = {"workload": name, "tasks": problem.n_tasks, "deadline_ms": 1e3 * D,
+           "rounds": len(r.rounds), "converged": r.converged,
+           "model_met": met(model, D), "tuned_met": met(tuned, D),
+           "tuned_misses": sum(x.step.measured_time_s > D * (1 + 1e-9) for x in tuned),
+           "tuned_worst_pct": max(over), "tuned_mean_pct": statistics.fmean(over),
+           "energy_within": f"{sum(c.within for c in checks)}/{len(checks)}",
+           "worst_energy_z": max(abs(c.z) for c in checks), "tune_wall_s": wall_s}
+    for key, (plan, base_run, label) in baselines.items():
+        runs = runs_of(base_run, plan)
+        sv, sd = saving(tuned, runs)
+        out[f"{key}_met"] = met(runs, D)
+        out[f"saved_vs_{key}_pct"], out[f"sd_saved_vs_{key}_pct"] = sv, sd
+        if key == "single":
+            out["single"] = label if plan is not None else "-"
+    return out
 
 
 def demo_row() -> dict[str, Any]:
     """The demo's row: ``ecal demo`` (its tuned plan 2), its baselines as the demo builds them."""
-    from ecal.demo import DemoConfig, run_demo
-    from execution.tune import tune_problem
+    import measure
+    from ecal.demo import DemoConfig, _stage_kernels, run_demo
+    from execution.pipeline import pipeline_work
 
     t0 = time.perf_counter()
     d = run_demo(DemoConfig())
-    p2, work = d.problem, d.work
-    r = d.tuned if getattr(d, "tuned", None) is not None else tune_problem(p2, work, d.meta["deadline_s"])
     wall = time.perf_counter() - t0
-
-    def run(plan: Plan, seed: int) -> ExecutionResult:
-        return run_plan(plan, p2, work, seed=seed, protocol=PROTO)
 
     def run_on(problem: Any, w: Any) -> Runner:
         return lambda plan, seed: run_plan(plan, problem, w, seed=seed, protocol=PROTO)
 
-    import measure
-    from ecal.demo import _stage_kernels
-    from execution.pipeline import pipeline_work
-
-    out = row(DEMO, p2, r, run, d.all_max, None, wall)
-    D = r.deadline_s
-    top = runs_of(run_on(d.all_max_problem, work), d.all_max)
-    tuned = runs_of(run, r.plan)
-    out["all_max_met"] = met(top, D)
-    out["saved_vs_all_max_pct"], out["sd_saved_vs_all_max_pct"] = saving(tuned, top)
+    single: tuple[Plan | None, Runner, str] = (None, run_on(d.problem, d.work), "-")
     if d.best_single is not None:
         w1 = pipeline_work(d.best_single_problem, _stage_kernels(d.config), measure.PRESETS["p2p_send"])
-        one = runs_of(run_on(d.best_single_problem, w1), d.best_single)
-        out["single"] = d.best_single_omega.label()
-        out["single_met"] = met(one, D)
-        out["saved_vs_single_pct"], out["sd_saved_vs_single_pct"] = saving(tuned, one)
-    return out
+        single = (d.best_single, run_on(d.best_single_problem, w1), d.best_single_omega.label())
+    return row(DEMO, d.problem, d.tuned, run_on(d.problem, d.work),
+               {"all_max": (d.all_max, run_on(d.all_max_problem, d.work), "all max"),
+                "single": single}, wall)
 
 
 COLS = ["workload", "tasks", "deadline_ms", "rounds", "converged", "model_met", "tuned_met",
@@ -255,8 +243,11 @@ def main() -> None:
             r = tune(files[name], "1.05x", seed=0)
             wall = time.perf_counter() - t0
             problem, run = workload_runner(files[name])
-            rows.append(row(name, problem, r, run, all_max_plan(problem, r.deadline_s),
-                            best_single_point(problem, r.plan.deadline_s), wall))
+            one = best_single_point(problem, r.plan.deadline_s)
+            rows.append(row(name, problem, r, run,
+                            {"all_max": (all_max_plan(problem, r.deadline_s), run, "all max"),
+                             "single": (one, run, one.method.split("ω ")[-1] if one else "-")},
+                            wall))
         print({k: rows[-1][k] for k in COLS}, flush=True)
         write(out, rows)                                                     # a row at a time
     print(rows_table(rows, COLS, 3))
