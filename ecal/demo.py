@@ -14,8 +14,11 @@
    power in the waits); **characterize** that: the switch latencies (a measured transition
    table), the bubble power, and the deviating compute ∥ send pairs jointly
    (``measure.joint``, an interaction table; every other option stays ⊕ at the null context).
-5. **Plan 2** on what was measured, **run it** with its baselines (all at max clock; the best
-   single ω_dev), and report measured savings with σ.
+5. **Plan 2** on what was measured, then **tune** it (:func:`execution.tune.tune_problem`): plan
+   at confidence 0.95, run the plan on 5 seeds, calibrate the measured offsets (time and energy,
+   per GPU), plan again, until the runs keep the deadline at that confidence and their energy
+   is within σ; **run** the tuned plan with its baselines (all at max clock; the best single
+   ω_dev, solved for the same calibrated deadline), and report measured savings with σ.
 
 Everything is simulated (virtual time: the run takes seconds) and says so in every output.
 """
@@ -41,6 +44,7 @@ from execution.run import run_plan
 from execution.runnable import runnable_plan_dict
 from execution.savings import run_with_baselines
 from execution.schedule import stage_schedule
+from execution.tune import tune_problem
 from execution.work import work_table_to_dict
 from frontier import OperatingPoint, Signature
 from frontier.errors import InputError
@@ -83,6 +87,10 @@ class DemoConfig:
     #: plan 1's execution ("flagged"), every pair ("all"), or none
     joint: str = "flagged"
     curve_points: int = 10
+    #: the tune step: the deadline holds at this confidence, each round's plan runs this often
+    confidence: float = 0.95
+    tune_runs: int = 5
+    tune_rounds: int = 4
 
     def __post_init__(self) -> None:
         if self.joint not in ("flagged", "all", "none"):
@@ -117,6 +125,11 @@ class DemoResult:
     all_max_problem: Any = None
     work: Any = None
     ready_power_w: Mapping[Any, float] = field(default_factory=dict)
+    #: the tune step (:class:`execution.tune.TuneResult`): plan 2 made to keep its deadline,
+    #: measured; ``plan`` is its plan
+    tuned: Any = None
+    #: plan 2 as planned before the tune step (the model with what round 1 measured)
+    untuned_plan: Any = None
 
     def saved_vs(self, other: Any) -> float:
         """Fraction of ``other``'s energy the plan saves."""
@@ -372,19 +385,30 @@ def run_demo(cfg: DemoConfig = DemoConfig(), progress: ProgressCallback | None =
     record = record_of(comps)
     opts2 = options_of(comps)
     clock.lap("plan 2")
-    # A baseline held at one ω_dev waits at that ω_dev: its bubbles cost that ready power.
+    say(f"round 3: tuning plan 2 at confidence {cfg.confidence:g} ({cfg.tune_runs} runs a round) ...")
+    # What is left after round 2 (heat, co-runs composed ⊕) is measured, not modelled: the tune
+    # loop runs the plan, calibrates the offsets and plans again until the runs keep the deadline.
+    tuned = tune_problem(problem2, work, deadline2, confidence=cfg.confidence,
+                         max_rounds=cfg.tune_rounds, runs_per_round=cfg.tune_runs, seed=cfg.seed,
+                         method="fast", time_limit_s=cfg.time_limit_s)
+    untuned, plan2 = plan2, tuned.plan
+    clock.lap("tune")
+    # A baseline held at one ω_dev waits at that ω_dev: its bubbles cost that ready power. The
+    # best single ω_dev keeps the deadline the tuned plan was solved for (D less the measured
+    # offset and margin), so both keep the deadline alike.
     top = max(omegas)
     max_problem = problem2.with_(idle_power_w={d: ready_w[top] for d in idle2},
                                  name=f"{problem2.name} all-max")
     all_max = all_max_plan(max_problem, deadline2)
-    best, best_sub, best_omega = _best_single(cfg, opts2, lambda o: ready_w[o], transitions, deadline2)
+    best, best_sub, best_omega = _best_single(cfg, opts2, lambda o: ready_w[o], transitions,
+                                              plan2.deadline_s)
     clock.lap("baselines")
-    say("round 2: running the plan and its baselines on simulated H200s ...")
+    say("running the tuned plan and its baselines on simulated H200s ...")
     base = {"all-max": (all_max, max_problem, work)}
     if best is not None:
         base["best single ω"] = (best, best_sub, pipeline_work(best_sub, kernels, send))
     comparison = run_with_baselines((plan2, problem2, work), base, seed=cfg.seed)
-    second = Round("plan 2", problem2, plan2, comparison.plan)
+    second = Round("plan 2 tuned", problem2, plan2, comparison.plan)
     clock.lap("run 2 + baselines")
     say("sweeping the energy-vs-deadline frontier of the step ...")
     # With measured (pairwise) switch costs the MILP per deadline is slow on CBC; the fast
@@ -397,7 +421,7 @@ def run_demo(cfg: DemoConfig = DemoConfig(), progress: ProgressCallback | None =
                       first=first, second=second, localization=loc, transitions=transitions,
                       interaction=table, record=record, comparison=comparison,
                       best_single_problem=best_sub, all_max_problem=max_problem, work=work,
-                      ready_power_w=ready_w)
+                      ready_power_w=ready_w, tuned=tuned, untuned_plan=untuned)
 
 
 def _choice(plan: Any, problem: Any) -> list[int]:
@@ -498,6 +522,18 @@ def _still_flagged(r: DemoResult) -> list[str]:
     ]
 
 
+def deadline_verdict(tuned: Any) -> str:
+    """``deadline met ... at confidence 0.95`` with the measured step, or what was not met."""
+    c = tuned.rounds[-1].checks
+    what = (f"measured step {c.mean_time_s * 1e3:.2f} ms (mean of {c.n_runs} runs, σ "
+            f"{c.sd_time_s * 1e3:.2f} ms; next run <= {c.time_bound_s * 1e3:.2f} ms at "
+            f"{c.confidence:g}) against {c.deadline_s * 1e3:.2f} ms; energy {c.energy.label()}")
+    if tuned.converged:
+        return f"deadline met at confidence {c.confidence:g}: {what} (SIMULATED)"
+    return (f"deadline NOT kept at confidence {c.confidence:g} within {len(tuned.rounds)} "
+            f"round(s): {what} (SIMULATED)")
+
+
 def report(r: DemoResult) -> str:
     """The text report written to ``demo/report.txt`` (every number SIMULATED)."""
     cfg, p, m, b = r.config, r.plan, r.all_max, r.best_single
@@ -552,10 +588,16 @@ def report(r: DemoResult) -> str:
                      "⊕ at the null context" + (f" (Eq. 13 bias <= {rec.bias_bound_j:.3g} J each)"
                                                 if rec.composed else ""))
     f2 = r.second
-    lines += ["",
-              f"3. plan 2 — measured switch latencies, measured bubble power, joint pairs — run on "
-              f"{len(f2.execution.devices)} simulated H200s:",
-              *_held(f2)]
+    lines += ["", "3. plan 2 — measured switch latencies, measured bubble power, joint pairs — "
+              f"tuned to keep its deadline at confidence {r.config.confidence:g}:"]
+    if r.tuned is not None:
+        lines += [f"   {ln}" for ln in r.tuned.summary().splitlines()[1:]]
+        lines.append(f"   {deadline_verdict(r.tuned)}")
+    lines += [f"   the tuned plan run with its baselines on {len(f2.execution.devices)} simulated H200s "
+              f"(seed {r.config.seed}):", *_held(f2)]
+    dl = f2.execution.deadline_line()
+    if dl:
+        lines.append(f"   {dl}")
     c2 = f2.execution.step.deviation
     if c2.flagged:
         lines += _still_flagged(r)
@@ -565,7 +607,7 @@ def report(r: DemoResult) -> str:
     lines.append(f"   {'':<32}{'T pred ms':>11}{'T meas ms':>18}{'E pred J':>11}{'E meas J':>18}")
     for name, ex in (("all GPUs at max clock/limit", runs["all-max"]),
                      (f"best single ω ({r.best_single_omega.label()})", runs["best single ω"]),
-                     ("plan 2 (per-task ω, SM split)", f2.execution)):
+                     ("plan 2 tuned (per-task ω, SM)", f2.execution)):
         if ex is None:
             lines.append(f"   {name:<32} none meets the deadline")
             continue
@@ -578,7 +620,8 @@ def report(r: DemoResult) -> str:
                      f"(predicted {s.predicted:+.2%} ± {s.sd_predicted:.2%})")
     lines += [
         "",
-        f"plan 2: {p.n_switches} switch(es); breakdown static busy {p.static_busy_j:.2f} J, idle {p.idle_j:.2f} J, "
+        f"plan 2 tuned: {p.energy_j:.2f} J from the model (before the measured offset), "
+        f"{p.n_switches} switch(es); breakdown static busy {p.static_busy_j:.2f} J, idle {p.idle_j:.2f} J, "
         f"dynamic {p.dynamic_j:.2f} J, transitions {p.transition_j:.2f} J",
         f"method {p.method}, status {p.status}, lower bound {p.lower_bound_j:.2f} J, "
         f"proven gap {p.gap:.3%}, solver wall time {p.wall_s:.2f} s",
@@ -616,6 +659,7 @@ def demo_json(r: DemoResult) -> dict[str, Any]:
             "execution": r.second.execution.step.to_dict() if r.second else None,
             "baselines": {n: x.step.to_dict() for n, x in cmp_.baselines.items()} if cmp_ else {},
             "savings": [s.to_dict() for s in cmp_.savings] if cmp_ else [],
+            "tune": r.tuned.plan.meta.get("tune") if r.tuned is not None else None,
             "timings_s": dict(r.meta.get("timings_s", {}))}
 
 

@@ -137,3 +137,17 @@ def test_report_closes_the_loop(result):
     c = result.second.execution.step
     assert f"{c.measured_energy_j:.2f} ± {c.sd_measured_energy_j:.2f} J" in text
     assert all("SIMULATED" in ln for ln in text.splitlines()[:1])
+
+
+def test_the_demo_tunes_plan_2_to_keep_its_deadline_measured(result):
+    t = result.tuned
+    assert t is not None and result.plan is t.plan and result.second.plan is t.plan
+    assert t.confidence == 0.95 and t.rounds[0].calibration.is_null
+    text = report(result)
+    verdict = ("deadline met at confidence 0.95: measured step" if t.converged
+               else "deadline NOT kept at confidence 0.95")
+    assert verdict in text
+    c = t.rounds[-1].checks
+    assert f"measured step {c.mean_time_s * 1e3:.2f} ms (mean of {c.n_runs} runs" in text
+    # the tuned plan's run is judged with the calibration the loop measured
+    assert result.second.execution.meta.get("calibration") == t.plan.meta.get("calibration")
