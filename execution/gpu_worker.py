@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import os
 import queue
-import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -227,7 +226,7 @@ class _Worker:
 def worker_main(spec: WorkerSpec, conn: Connection, barrier: Any, inboxes: Mapping[str, Any],
                  abort: Any, parent_pid: int, elements: Sequence[str]) -> None:
     """A worker process's entry point (spawned): serve the parent until it stops us."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler()  # stderr: a spawned worker has no ecal front end of its own
     handler.setFormatter(logging.Formatter(f"ecal: nvml:{spec.gpu_index}: %(message)s"))
     logging.getLogger().addHandler(handler)
     logging.getLogger().setLevel(logging.WARNING)

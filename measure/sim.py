@@ -303,6 +303,14 @@ def _traced_unit_time_s(kind: str, spec: SimSpec) -> float:
     return gpu.kernel_state(k, temperature_c=temp).time_s
 
 
+@functools.lru_cache(maxsize=1024)
+def _bw_knee_name(kernel_name: str) -> str:
+    """The name a kernel's bandwidth knee (SimSpec.kernel_bw_norm_p) is kept under: a traced
+    memory kernel is a scaled copy of its template, so it keeps the template's knee."""
+    m = TRACED_WORK.fullmatch(kernel_name)
+    return _traced_template(m.group(1)).name if m and m.group(1) == "memory" else kernel_name
+
+
 def traced_kernel(name: str, spec: SimSpec = H200) -> SimKernel | None:
     """The simulated kernel of a traced work name (:func:`traced_work_name`), or None when
     ``name`` is not one. A gap is the GPU waiting for the traced time at any operating point:
@@ -464,7 +472,7 @@ class SimulatedGPU(Device):
                 per_sm *= sm_bw_scale
             if stall != 1.0:
                 per_sm /= stall
-            p = dict(s.kernel_bw_norm_p).get(k.name, s.bw_norm_p)
+            p = dict(s.kernel_bw_norm_p).get(_bw_knee_name(k.name), s.bw_norm_p)
             bw = (hbm**-p + per_sm**-p) ** (-1.0 / p)
             t_m = k.bytes / bw
         t_l = k.link_bytes / (k.link_bw_bps * min(1.0, n_sm / k.link_sm_sat)) if k.link_bytes else 0.0

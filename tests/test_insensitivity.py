@@ -140,9 +140,12 @@ def test_bandwidth_sharing_corun_is_rejected(seed):
     assert 2 * alone_bw > gpu.spec.mem_bw_bps      # together they ask for more than HBM has
     v = measure_pair({"gpu0": gpu}, el("copyA", "copy_2GiB", 100, 64), el("copyB", "copy_2GiB", 100, 64))
     assert not v.may_use_reduction
-    assert v.runtime.verdict == "SENSITIVE on T and E", v.summary()
-    # both streams slowed by the shared HBM (how much depends on the calibrated co-run model)
+    assert v.runtime.verdict.startswith("SENSITIVE on T"), v.summary()
+    # both streams slowed by the shared HBM (how much depends on the calibrated co-run model);
+    # the bytes cost what they cost either way, so energy moves by the static power of the extra
+    # time only: +0.7-0.9 % on the refit co-run model, at the 1 % floor, flagged on some seeds
     assert v.runtime.deviation.error_time_pct > 5
+    assert 0 < v.runtime.deviation.error_energy_pct < 2.0
     assert v.entry.insensitive                              # a copy leaves no state a copy feels
 
 

