@@ -166,6 +166,28 @@ def _done(plan: Plan, D: float, confidence: float, z: float, solved_s: float,
                                meta=meta)
 
 
+def recalibrated(plan: Plan, cal: Calibration, measured_on: str) -> Plan:
+    """``plan`` recording ``cal`` instead of the calibration it was solved with: its
+    ``meta["calibration"]`` and ``meta["confidence"]["p_meets_deadline"]`` (at the recorded
+    deadline) come from ``cal``, and ``meta["confidence"]["calibration_measured_on"]`` says
+    where ``cal`` was measured. The plan's choices are unchanged. ``ecal tune`` uses it to
+    give the plan it writes the offsets measured on its own runs: the offset moves with the
+    plan, so the plan's own runs predict its next run better than the earlier plans did."""
+    meta = dict(plan.meta)
+    info = dict(meta.get("confidence") or {})
+    if cal.is_null:
+        meta.pop("calibration", None)
+    else:
+        meta["calibration"] = cal.to_dict()
+    D = info.get("deadline_s", plan.target_deadline_s)
+    if D is not None:
+        info["p_meets_deadline"] = p_meets(float(D) - cal.step.time_s, plan.makespan_s,
+                                           combined_sd(plan.sd_makespan_s, cal.step.sd_time_s))
+    info["calibration_measured_on"] = measured_on
+    meta["confidence"] = info
+    return dataclasses.replace(plan, meta=meta)
+
+
 def _infeasible(name: str, D: float, confidence: float, z: float, fast: Plan | None,
                 fastest_s: float, cal: Calibration | None = None) -> Plan:
     b, sd_b = (cal.step.time_s, cal.step.sd_time_s) if cal is not None else (0.0, 0.0)
@@ -229,5 +251,5 @@ def curve_lines(curve: Any, confidence: float, max_rows: int = 12) -> list[str]:
     return out
 
 
-__all__ = ["DEFAULT_CONFIDENCE", "z_of", "holds", "keep_deadline", "solve_at_confidence",
+__all__ = ["DEFAULT_CONFIDENCE", "z_of", "holds", "keep_deadline", "solve_at_confidence", "recalibrated",
            "curve_rows", "curve_lines"]

@@ -217,6 +217,13 @@ def test_tune_converges_where_the_model_alone_misses(tuned):
         done.append((before.runs, before.calibration))
         assert after.calibration == calibration_of(done)
         assert after.calibration.runs == sum(len(r) for r, _ in done)
+    # the plan kept records the offsets measured on its own runs too (not only those it was
+    # solved with): every run of the loop, the last round's plan's mean
+    done.append((last.runs, last.calibration))
+    assert plan_calibration(tuned.plan) == calibration_of(done) != last.calibration
+    assert plan_calibration(tuned.plan).runs == len(seeds)
+    assert tuned.plan.meta["confidence"]["calibration_measured_on"].startswith(
+        f"round {len(tuned.rounds)}'s {len(last.runs)} run(s) of this plan")
     t = tuned.plan.meta["tune"]
     assert t["converged"] is True and len(t["rounds"]) == len(tuned.rounds)
     assert t["rounds"][-1]["deadline_kept"] is True and t["rounds"][-1]["energy_within"] is True
