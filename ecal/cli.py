@@ -222,6 +222,9 @@ several works: ready power is calibrated once per operating point and shared; -o
             p.add_argument("--deadline", required=True, help="seconds (0.95) or a factor of the fastest makespan (1.05x)")
             p.add_argument("--schedule", default=None,
                            help="also write a per-stage frequency schedule a training loop can read (JSON)")
+            from .common import add_context_arguments
+
+            add_context_arguments(p)
         else:
             p.add_argument("--points", type=int, default=None, help="number of deadlines when a grid is used")
             p.add_argument("--plan-at", default=None, metavar="DEADLINE",

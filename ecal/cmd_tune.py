@@ -42,6 +42,9 @@ def add_tune_arguments(p: argparse.ArgumentParser) -> None:
                    help="the tuned plan (ecal.plan/1; runnable by ecal run, with its workload and "
                         "calibration)")
     p.add_argument("--json", action="store_true", help="print the tuned plan as JSON instead of a table")
+    from .common import add_context_arguments
+
+    add_context_arguments(p)
     p.set_defaults(handler=cmd_tune)
 
 
@@ -49,7 +52,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     """``ecal tune``: see the module docstring."""
     from execution.tune import tune
 
-    from .commands import _confidence, _parse_deadline
+    from .commands import _confidence, _parse_deadline, context_entry
     from .common import UsageError, check_outputs, finish
     from .output import Outputs, progress_reporter
 
@@ -67,7 +70,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     res = tune(args.workload, _parse_deadline(args.deadline), confidence=_confidence(args),
                max_rounds=args.rounds, runs_per_round=args.runs, device=args.device, seed=args.seed,
                target_rse=args.target_rse, method=args.method, microbatches=args.microbatches,
-               progress=progress_reporter(not args.json))
+               progress=progress_reporter(not args.json), contexts=args.contexts,
+               context_entry=context_entry(args))
     out = Outputs()
     if args.output:
         out.json(args.output, res.plan_dict())

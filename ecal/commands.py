@@ -616,8 +616,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
             how = f" (switch-cost search: {work:g} work units, safety net {net_s:g} s)"
         print(f"planning {problem.n_tasks} tasks on {len(problem.index.dev_seq)} devices{how} ...",
               file=sys.stderr, flush=True)
+    context = read_context(args, workload)
     plan = solve_at_confidence(problem, deadline, confidence, method=args.method,
-                               time_limit_s=args.time_limit_s, options=_solve_options(args))
+                               time_limit_s=args.time_limit_s, options=_solve_options(args),
+                               context=context)
     plan = _with_assumptions(plan, problem, workload, args.workload)
     out = Outputs()
     _plan_outputs(args, out, plan, problem, workload)
@@ -626,6 +628,35 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
         out.custom(args.plot, lambda tmp: plot_timeline(plan, tmp))
     return finish(args, out, plan.to_dict, plan.summary)
+
+
+def read_context(args: argparse.Namespace, workload: Any) -> Any:
+    """The :class:`solvers.context.PlanContext` of ``--contexts`` (None without it)."""
+    file = getattr(args, "contexts", None)
+    if file is None:
+        return None
+    if workload is None:
+        raise UsageError("--contexts applies to a workload file (ecal.workload/1), whose elements "
+                         "the contexts file characterizes")
+    if not Path(file).exists():
+        raise FileNotFoundError(2, "no such file", file)
+    from execution.context_plan import plan_context
+
+    return plan_context(workload, file, context_entry(args))
+
+
+def context_entry(args: argparse.Namespace) -> str | float:
+    """``--context-entry``: periodic, cold or a finite temperature in °C."""
+    entry = getattr(args, "context_entry", "periodic")
+    if entry in ("periodic", "cold"):
+        return str(entry)
+    try:
+        temp = float(entry)
+    except ValueError:
+        raise UsageError(f"--context-entry {entry!r}: periodic, cold or a temperature in °C") from None
+    if not math.isfinite(temp):
+        raise UsageError(f"--context-entry {entry!r}: not a finite temperature")
+    return temp
 
 
 def _confidence(args: argparse.Namespace) -> float:

@@ -18,7 +18,7 @@ from frontier.errors import InputError
 
 from .output import Outputs, check_distinct, check_image_path, check_output_path, json_text
 
-__all__ = ["UsageError", "finish", "check_outputs", "check_finite_floats", "element_of"]
+__all__ = ["UsageError", "finish", "check_outputs", "check_finite_floats", "element_of", "add_context_arguments"]
 
 
 class UsageError(InputError):
@@ -72,3 +72,15 @@ def element_of(key: str) -> str:
     point of one element shares the part before ``@``.
     """
     return key.split("@", 1)[0]
+
+
+def add_context_arguments(p: argparse.ArgumentParser) -> None:
+    """``--contexts FILE`` and ``--context-entry`` (``ecal plan``, ``ecal tune``)."""
+    p.add_argument("--contexts", default=None, metavar="FILE",
+                   help="compose every plan with its thermal entry context: an ecal.contexts/1 file "
+                        "(ecal contexts WORKLOAD -o FILE) with the workload's elements at two or more "
+                        "entry temperatures; the deadline is kept in context, and the plan records "
+                        "each task's entry temperature (or null)")
+    p.add_argument("--context-entry", default="periodic", metavar="ENTRY",
+                   help="with --contexts: the first task's entry on each device: periodic (steps back "
+                        "to back, as ecal run runs them; default), cold, or a temperature in °C")

@@ -45,6 +45,7 @@ from measure.protocol import (
 )
 from measure.sim import SimulatedGPU
 from solvers.calibration import plan_calibration
+from solvers.context import in_context_plan
 from solvers.model import Problem
 from solvers.plan import Plan
 
@@ -260,11 +261,13 @@ def execution_result(plan: Plan, problem: Problem, choice: list[int], m: Measure
     ix = problem.index
     names = list(ix.devices)
     temps = dict(task_temps_c or {})
-    preds = predict_devices(plan, problem)
+    # a plan composed with its entry context predicts what it takes there (solvers.context)
+    pred_plan, pred_problem = in_context_plan(plan, problem)
+    preds = predict_devices(pred_plan, pred_problem)
     # a plan made with a calibration (ecal tune) predicts model + measured offset, σ of both
     cal = plan_calibration(plan)
-    step_pred = calibrated(DevicePrediction(plan.makespan_s, plan.sd_makespan_s, plan.energy_j,
-                                            plan.sd_energy_j), cal.step)
+    step_pred = calibrated(DevicePrediction(pred_plan.makespan_s, pred_plan.sd_makespan_s,
+                                            pred_plan.energy_j, pred_plan.sd_energy_j), cal.step)
     preds = {d: calibrated(p, cal.device(d)) for d, p in preds.items()}
     step = _compare("step", step_pred, m.step_times_s, m.step_energies_j, alpha, 1)
     per_dev = tuple(_compare(d, preds[d], m.device_times_s[d], m.device_energies_j[d], alpha,
@@ -275,7 +278,7 @@ def execution_result(plan: Plan, problem: Problem, choice: list[int], m: Measure
     planned_sw = {d: float(sum(tau[i] for i in ix.dev_seq.get(d, []))) for d in names}
     rse = relative_se(m.step_energies_j)
     planned_tasks = {t.name: {"device": t.device, "start_s": t.start_s, "end_s": t.end_s,
-                              "time_s": t.time_s, "energy_j": t.energy_j} for t in plan.tasks}
+                              "time_s": t.time_s, "energy_j": t.energy_j} for t in pred_plan.tasks}
     deadline = plan.target_deadline_s
     p_meet = plan.p_meets_deadline
     return ExecutionResult(

@@ -336,7 +336,7 @@ def tune_plan(problem: Problem, run_once: RunOnce, deadline_s: float, *,
               confidence: float = DEFAULT_CONFIDENCE, max_rounds: int = DEFAULT_ROUNDS,
               runs_per_round: int = DEFAULT_RUNS_PER_ROUND, seed: int = 0, method: str = "auto",
               time_limit_s: float | None = None, options: Any = None,
-              progress: Callable[[ProgressEvent], None] | None = None
+              progress: Callable[[ProgressEvent], None] | None = None, context: Any = None
               ) -> tuple[Plan, tuple[TuneRound, ...]]:
     """The loop of the module docstring on ``problem``: ``run_once(plan, seed)`` runs a plan
     once. Returns the last round's plan (with its calibration in ``meta``) and every round.
@@ -352,7 +352,8 @@ def tune_plan(problem: Problem, run_once: RunOnce, deadline_s: float, *,
     t0 = time.perf_counter()
     for k in range(1, max_rounds + 1):
         plan = solve_at_confidence(problem, deadline_s, confidence, method=method,
-                                   time_limit_s=time_limit_s, options=options, calibration=cal)
+                                   time_limit_s=time_limit_s, options=options, calibration=cal,
+                                   context=context)
         runs = tuple(run_once(plan, loop_seed(seed, n_runs + j)) for j in range(runs_per_round))
         n_runs += len(runs)
         rnd = TuneRound(k, cal, plan, runs, round_checks(runs, deadline_s, confidence,
@@ -474,18 +475,27 @@ def tune(workload_file: str | os.PathLike, deadline: float | str, *,
          confidence: float = DEFAULT_CONFIDENCE, max_rounds: int = DEFAULT_ROUNDS,
          runs_per_round: int = DEFAULT_RUNS_PER_ROUND, device: str = "sim", seed: int = 0,
          target_rse: float = 0.01, method: str = "auto", microbatches: int | None = None,
-         options: Any = None, progress: Callable[[ProgressEvent], None] | None = None) -> TuneResult:
+         options: Any = None, progress: Callable[[ProgressEvent], None] | None = None,
+         contexts: str | os.PathLike | None = None, context_entry: str | float = "periodic") -> TuneResult:
     """Plan ``workload_file`` at ``deadline`` (seconds or ``"1.05x"``), run it on ``device``
     (``"sim"``: one simulated H200 per plan device, fresh for each run; ``"nvml:N"``: a real
     GPU, single-device workloads, kept open across the runs) and re-plan with the measured
     offsets until a round passes both checks, or ``max_rounds`` rounds (module docstring).
-    ``progress`` gets one event per round. Raises :class:`~solvers.model.InfeasibleError` when
-    the deadline cannot be met (in round 1, or with the offsets the runs measured)."""
+    ``progress`` gets one event per round. ``contexts``: an ``ecal.contexts/1`` file; every
+    plan is then composed with its entry context (:mod:`solvers.context`, first entry
+    ``context_entry``) and the offsets are measured against that. Raises
+    :class:`~solvers.model.InfeasibleError` when the deadline cannot be met (in round 1, or
+    with the offsets the runs measured)."""
     if max_rounds < 1:
         raise InputError(f"max_rounds must be >= 1, got {max_rounds!r}")
     file = os.fspath(workload_file)
     wl = load_workload(file, microbatches=microbatches)
     problem = wl.problem
+    context = None
+    if contexts is not None:
+        from .context_plan import plan_context
+
+        context = plan_context(wl, contexts, context_entry)
     D = problem.deadline_s(deadline)
     problem.check_feasible(D)
     ref = WorkloadRef.of(file, microbatches=microbatches)
@@ -510,7 +520,7 @@ def tune(workload_file: str | os.PathLike, deadline: float | str, *,
     try:
         plan, rounds = tune_plan(problem, run_once, D, confidence=confidence, max_rounds=max_rounds,
                                  runs_per_round=runs_per_round, seed=seed, method=method,
-                                 options=options, progress=progress)
+                                 options=options, progress=progress, context=context)
     finally:
         for g in held.values():
             g.close()

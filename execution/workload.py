@@ -139,6 +139,9 @@ class Workload:
     assumptions: tuple[str, ...] = ()
     #: groups of task names whose order is free (``reorderable``), each in its given order
     reorderable: tuple[tuple[str, ...], ...] = ()
+    #: ``element@ω`` → the die temperature its signature was measured at, °C (the mean of its
+    #: windows' entry and exit readings, ``meta["temperatures_c"]``), where recorded
+    characterized_temp_c: Mapping[str, float] = field(default_factory=dict)
 
 
 def is_workload(doc: Any) -> bool:
@@ -244,8 +247,22 @@ def workload_from_dict(doc: Any, file: str = "<workload>", *, base_dir: str | os
     task_elements = {nm: el for nm, _dev, el in layout["tasks"]}
     works = {el: w for el in uses if (w := r.work_of(el)) is not None}
     groups = _reorderable(file, kind, m.reorderable, layout["tasks"], layout["edges"])
+    temps = {f"{el}@{sg.omega.dev.label()}": t for el in uses for sg in r.signatures_of(el)
+             if (t := _window_temp_c(sg)) is not None}
     return Workload(name, file, kind, problem, steady, ranks, ready, simulated, task_elements, works,
-                    assumptions, groups)
+                    assumptions, groups, temps)
+
+
+def _window_temp_c(sig: Signature) -> float | None:
+    """The mean die temperature of a signature's measurement windows (``meta["temperatures_c"]``:
+    one [entry, exit] pair per window, °C), or None when it has none."""
+    pairs = sig.meta.get("temperatures_c") if isinstance(sig.meta, Mapping) else None
+    try:
+        vals = [float(v) for w in pairs or () for v in w]
+    except (TypeError, ValueError):
+        return None
+    vals = [v for v in vals if math.isfinite(v)]
+    return sum(vals) / len(vals) if vals else None
 
 
 def _reorderable(file: str, kind: str, given: Sequence[Sequence[str]] | None,

@@ -69,10 +69,10 @@ def holds(plan: Plan, deadline_s: float, z: float, calibration: Calibration | No
     """Whether ``plan``'s makespan + z·σ_T meets ``deadline_s``; with a ``calibration``, its
     calibrated makespan T + b_T + z·sqrt(σ_T² + σ_b²) (:mod:`solvers.calibration`)."""
     b = calibration.step if calibration is not None else None
+    t, sd = plan.in_context_makespan_s          # the plan's own at the null context
     if b is None:
-        return meets_deadline(plan.makespan_s + z * plan.sd_makespan_s, deadline_s)
-    return meets_deadline(plan.makespan_s + b.time_s + z * combined_sd(plan.sd_makespan_s, b.sd_time_s),
-                          deadline_s)
+        return meets_deadline(t + z * sd, deadline_s)
+    return meets_deadline(t + b.time_s + z * combined_sd(sd, b.sd_time_s), deadline_s)
 
 
 def keep_deadline(plan_at: Callable[[float], Plan], deadline_s: float, confidence: float, *,
@@ -98,8 +98,9 @@ def keep_deadline(plan_at: Callable[[float], Plan], deadline_s: float, confidenc
         except InfeasibleError:
             rounds.append({"deadline_s": d, "infeasible": True})
             return None
-        rounds.append({"deadline_s": d, "makespan_s": p.makespan_s,
-                       "sd_makespan_s": p.sd_makespan_s, "energy_j": p.energy_j, "wall_s": p.wall_s})
+        t, sd = p.in_context_makespan_s
+        rounds.append({"deadline_s": d, "makespan_s": t,
+                       "sd_makespan_s": sd, "energy_j": p.energy_j, "wall_s": p.wall_s})
         return p
 
     d = D - b
@@ -113,8 +114,10 @@ def keep_deadline(plan_at: Callable[[float], Plan], deadline_s: float, confidenc
                 plan, d = _refine(attempt, plan, d, failed_at, D, z, cal=cal)
             return _done(plan, D, confidence, z, d, rounds, cal)
         failed_at = d
-        # plan has T <= d, so D - b - z·σ <= d - (T + b + z·σ - D) < d: strictly tighter
-        nxt = D - b - z * combined_sd(plan.sd_makespan_s, sd_b)
+        # plan has T <= d, so D - b - z·σ <= d - (T + b + z·σ - D) < d: strictly tighter;
+        # in context the plan takes its context delay (T_ctx - T) longer as well
+        t_ctx, sd_ctx = plan.in_context_makespan_s
+        nxt = D - b - z * combined_sd(sd_ctx, sd_b) - max(t_ctx - plan.makespan_s, 0.0)
         if len(rounds) > max_rounds or not nxt < d or not meets_deadline(fastest_s, nxt):
             break
         d = nxt
@@ -157,7 +160,8 @@ def _done(plan: Plan, D: float, confidence: float, z: float, solved_s: float,
         meta.pop("calibration", None)
     b, sd_b = (cal.step.time_s, cal.step.sd_time_s) if cal is not None else (0.0, 0.0)
     info = {"confidence": float(confidence), "z": z, "deadline_s": D, "solved_deadline_s": solved_s,
-            "p_meets_deadline": p_meets(D - b, plan.makespan_s, combined_sd(plan.sd_makespan_s, sd_b)),
+            "p_meets_deadline": p_meets(D - b, plan.in_context_makespan_s[0],
+                                        combined_sd(plan.in_context_makespan_s[1], sd_b)),
             "exact_for": "the solved (tightened) deadline: makespan <= solved_deadline_s",
             "rounds": rounds}
     meta["confidence"] = info
@@ -181,8 +185,8 @@ def recalibrated(plan: Plan, cal: Calibration, measured_on: str) -> Plan:
         meta["calibration"] = cal.to_dict()
     D = info.get("deadline_s", plan.target_deadline_s)
     if D is not None:
-        info["p_meets_deadline"] = p_meets(float(D) - cal.step.time_s, plan.makespan_s,
-                                           combined_sd(plan.sd_makespan_s, cal.step.sd_time_s))
+        t, sd = plan.in_context_makespan_s
+        info["p_meets_deadline"] = p_meets(float(D) - cal.step.time_s, t, combined_sd(sd, cal.step.sd_time_s))
     info["calibration_measured_on"] = measured_on
     meta["confidence"] = info
     return dataclasses.replace(plan, meta=meta)
@@ -196,10 +200,12 @@ def _infeasible(name: str, D: float, confidence: float, z: float, fast: Plan | N
     if fast is None:
         raise InfeasibleError(f"{name}: no plan meets {D * 1e3:.3f} ms at confidence {confidence:g}"
                               f"{measured}; the fastest makespan is {fastest_s * 1e3:.3f} ms", fastest_s)
-    need = fast.makespan_s + b + z * combined_sd(fast.sd_makespan_s, sd_b)
+    t_fast, sd_fast = fast.in_context_makespan_s
+    need = t_fast + b + z * combined_sd(sd_fast, sd_b)
     raise InfeasibleError(
         f"{name}: no plan meets {D * 1e3:.3f} ms at confidence {confidence:g}{measured}; the "
-        f"fastest plan's makespan is {fast.makespan_s * 1e3:.3f} ± {fast.sd_makespan_s * 1e3:.3f} ms "
+        f"fastest plan's makespan is {t_fast * 1e3:.3f} ± {sd_fast * 1e3:.3f} ms"
+        f"{' in its entry context' if fast.context is not None else ''} "
         f"(needs {need * 1e3:.3f} ms at z = {z:.3f})",
         fast.makespan_s)
 
@@ -207,18 +213,32 @@ def _infeasible(name: str, D: float, confidence: float, z: float, fast: Plan | N
 def solve_at_confidence(problem: Problem, deadline: float | str,
                         confidence: float = DEFAULT_CONFIDENCE, method: str = "auto",
                         time_limit_s: float | None = None, *, options: Any = None,
-                        max_rounds: int = MAX_ROUNDS, calibration: Calibration | None = None) -> Plan:
+                        max_rounds: int = MAX_ROUNDS, calibration: Calibration | None = None,
+                        context: Any = None) -> Plan:
     """The least-energy plan :func:`solvers.solve.solve` finds whose makespan + z_P·σ_T meets
     ``deadline`` (seconds or ``"1.05x"``) at ``confidence`` P (module docstring). Each round
     is one ``solve`` call with ``method``, ``time_limit_s`` and ``options``. The plan's
     ``deadline_s`` is the deadline its method solved (D', at most ``deadline``); its
     ``target_deadline_s`` and ``meta["confidence"]`` say the rest. ``calibration``: offsets
-    measured on a run of this workload (``ecal tune``), see :func:`keep_deadline`."""
+    measured on a run of this workload (``ecal tune``), see :func:`keep_deadline`.
+    ``context`` (a :class:`solvers.context.PlanContext`): every plan tried is composed with
+    its entry context (:func:`solvers.context.with_context`) and must keep the deadline
+    there; the method solves the null-context problem at a deadline tightened by what the
+    context adds (the search over that deadline is this function's)."""
     from .solve import solve
 
     D = problem.deadline_s(deadline)
     problem.check_feasible(D)
-    return keep_deadline(lambda d: solve(problem, d, method, time_limit_s, options=options),
+
+    def plan_at(d: float) -> Plan:
+        plan = solve(problem, d, method, time_limit_s, options=options)
+        if context is None:
+            return plan
+        from .context import with_context
+
+        return with_context(plan, problem, context)
+
+    return keep_deadline(plan_at,
                          D, confidence, fastest_s=problem.fastest_makespan_s(), name=problem.name,
                          max_rounds=max_rounds, calibration=calibration)
 

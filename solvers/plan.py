@@ -105,11 +105,29 @@ class Plan:
         return p_meets(self.target_deadline_s, *self.calibrated_makespan_s)
 
     @property
+    def context(self) -> Mapping[str, Any] | None:
+        """What the plan records of its entry context (``meta["context"]``,
+        :func:`solvers.context.context_record`), or None: composed at the null context."""
+        c = self.meta.get("context") if isinstance(self.meta, Mapping) else None
+        return c if isinstance(c, Mapping) else None
+
+    @property
+    def in_context_makespan_s(self) -> tuple[float, float]:
+        """(makespan, σ) of the plan composed with its entry context (:mod:`solvers.context`);
+        the null-context makespan when it was not."""
+        c = self.context
+        if c is None:
+            return self.makespan_s, self.sd_makespan_s
+        return float(c["makespan_s"]), float(c["sd_makespan_s"])
+
+    @property
     def calibrated_makespan_s(self) -> tuple[float, float]:
-        """(makespan, σ) plus the measured offset of the calibration the plan was made with
-        (:mod:`solvers.calibration`); the model's own when it has none."""
+        """(makespan, σ) in its entry context (when composed with it) plus the measured offset
+        of the calibration the plan was made with (:mod:`solvers.calibration`); the model's own
+        when it has neither."""
         off = plan_calibration(self).step
-        return self.makespan_s + off.time_s, combined_sd(self.sd_makespan_s, off.sd_time_s)
+        t, sd = self.in_context_makespan_s
+        return t + off.time_s, combined_sd(sd, off.sd_time_s)
 
     def summary(self) -> str:
         """A short human table."""
@@ -127,6 +145,7 @@ class Plan:
             f"  bound      {self.lower_bound_j:10.3f} J   gap {self.gap * 100:.3f} %",
             f"  wall time  {self.wall_s:.3f} s",
         ]
+        lines += context_lines(self)
         assumed = self.meta.get("assumptions") if isinstance(self.meta, Mapping) else None
         lines += [f"  assumption: {a}" for a in assumed or ()]
         if self.time_capped:
@@ -596,6 +615,19 @@ def deadline_lines(plan: Plan) -> list[str]:
         lines.append(f"  solved at  {plan.deadline_s * 1e3:10.3f} ms   (tightened to keep the deadline "
                      f"at {c['confidence']:g}: the method, bound and gap below are for this one)")
     return lines
+
+
+def context_lines(plan: Plan) -> list[str]:
+    """The plan summary's entry-context line (none at the null context)."""
+    c = plan.context
+    if c is None:
+        return []
+    entry = c.get("entry")
+    entry_s = f"{entry:g} °C" if isinstance(entry, (int, float)) else str(entry)
+    return [f"  in context {float(c['makespan_s']) * 1e3:10.3f} ms ± {float(c['sd_makespan_s']) * 1e3:.3f}   "
+            f"{float(c['energy_j']):.3f} J ± {float(c['sd_energy_j']):.3f}   (thermal, {entry_s} entry: "
+            f"{c.get('in_context', 0)} tasks composed with their entry temperature, "
+            f"{c.get('at_null', 0)} at null)"]
 
 
 def format_probability(p: float, sd_s: float) -> str:
