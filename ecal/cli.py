@@ -305,6 +305,16 @@ several works: ready power is calibrated once per operating point and shared; -o
                        "ecal run plan.json")
     add_reorder_arguments(p)
 
+    from .cmd_contexts import add_contexts_arguments
+
+    p = sub.add_parser("contexts", help="characterize every option of a workload at two or more "
+                       "entry temperatures (for plans composed with the entry context)",
+                       formatter_class=fmt, epilog="examples:\n"
+                       "  ecal contexts ecal/examples/workload_1f1b.json --device sim -o contexts.json\n"
+                       "  ecal contexts workload.json --device nvml:0 --warm-c 50,65 --repeats 3 -o c.json\n"
+                       "then: ecal plan workload.json --contexts contexts.json --deadline 1.05x -o plan.json")
+    add_contexts_arguments(p)
+
     from .cmd_transitions import add_transitions_arguments
 
     p = sub.add_parser("transitions", help="measure what switching clocks or power limits costs",

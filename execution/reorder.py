@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ from frontier.reorder import MAX_ORDERS, ReorderResult, reorder, temperature_sig
 from measure.device import Device, restoring
 from measure.entry_probe import entry_runs, entry_signature
 from measure.factory import load_work
+from measure.progress import ProgressCallback, ProgressEvent, eta_s, report
 from measure.protocol import Protocol, measure_ready_power_w
 
 from .workload import Workload, load_workload
@@ -152,51 +154,97 @@ def _device_tasks(wl: Workload, device: str) -> list[tuple[str, str, OperatingPo
     return out
 
 
+def option_keys(wl: Workload, device: str) -> dict[str, tuple[str, OperatingPoint]]:
+    """Every distinct ``element@ω`` key of the options of the tasks on ``device`` (in task
+    order, then option order) → (element, ω)."""
+    keys: dict[str, tuple[str, OperatingPoint]] = {}
+    for t in wl.problem.tasks:
+        if t.device != device:
+            continue
+        el = wl.task_elements[t.name]
+        for o in t.options:
+            keys.setdefault(_element_key(el, o.omega.dev), (el, o.omega.dev))
+    return keys
+
+
+def _task_keys(wl: Workload, device: str) -> dict[str, tuple[str, OperatingPoint]]:
+    """The ``element@ω`` keys of the tasks on ``device``, one ω per element (reorder's)."""
+    keys: dict[str, tuple[str, OperatingPoint]] = {}
+    for _t, el, om in _device_tasks(wl, device):
+        keys.setdefault(_element_key(el, om), (el, om))
+    return keys
+
+
+def _works(wl: Workload, keys: Mapping[str, tuple[str, OperatingPoint]], device: Device,
+           search_dir: str | os.PathLike | None) -> dict[str, Any]:
+    """The work of each key's element (loaded once per element); every element must name one."""
+    loaded: dict[str, Any] = {}
+    for el, _om in keys.values():
+        if el in loaded:
+            continue
+        spec = wl.works.get(el)
+        if spec is None:
+            raise InputError(f"{wl.file}: elements.{el}: no work to run; add \"work\" (what ecal "
+                             "characterize measured)")
+        loaded[el] = load_work(spec, device=device, search_dir=search_dir).work
+    return {k: loaded[el] for k, (el, _om) in keys.items()}
+
+
+def _pick_heater(device: Device, works: Mapping[str, Any],
+                 by_key: Mapping[str, Mapping[float, Any]]) -> Any:
+    """The simulated device's hottest calibrated kernel; on a GPU the hottest element's own
+    work (highest mean power entered cold)."""
+    if getattr(device, "simulated", False):
+        from measure.sim import preset
+
+        return preset(SIM_HEATER)
+    hot = max(works, key=lambda k: next(iter(by_key[k].values())).power_w)
+    return works[hot]
+
+
 def characterize_device(wl: Workload, device: Device, dev_name: str, *, warm_c: Sequence[float],
                         repeats: int, protocol: Protocol = Protocol(), heater: Any = None,
-                        search_dir: str | os.PathLike | None = None) -> Characterized:
+                        search_dir: str | os.PathLike | None = None, all_options: bool = False,
+                        progress: ProgressCallback | None = None) -> Characterized:
     """Every element on ``dev_name`` at ω, entered cold (null context) and at each ``warm_c``
-    target, ``repeats`` runs each; the thermal model fitted to all windows."""
+    target, ``repeats`` runs each; the thermal model fitted to all windows.
+
+    ``all_options=False`` (reorder's): the one ω of each task (a task with several is
+    refused); ``True``: every distinct ``element@ω`` of every option of the device's tasks
+    (:func:`option_keys`), each measured once. ``progress`` gets one event per key and entry
+    target (operation ``"contexts DEVICE"``)."""
     if repeats < 2:
         raise InputError(f"repeats must be >= 2 (a σ needs two runs), got {repeats}")
     if not warm_c:
         raise InputError("give at least one warm entry temperature (two entry contexts in all)")
-    keys: dict[str, tuple[str, OperatingPoint]] = {}
-    for _t, el, om in _device_tasks(wl, dev_name):
-        keys.setdefault(_element_key(el, om), (el, om))
+    keys = option_keys(wl, dev_name) if all_options else _task_keys(wl, dev_name)
+    works = _works(wl, keys, device, search_dir)
     obs: list[ThermalObservation] = []
-    works: dict[str, Any] = {}
     ready: dict[str, float] = {}
     by_key: dict[str, dict[float, Any]] = {k: {} for k in keys}
+    total, done, t0 = len(keys) * (1 + len(warm_c)), [0], time.perf_counter()
 
     def measure(key: str, target: float | None, heat: Any) -> None:
         el, om = keys[key]
         runs = entry_runs(device, works[key], om, target, repeats, heat, protocol, ready[key], obs)
         temp, sig = entry_signature(key, runs, ready[key], om, {"element": el, "work": wl.works[el]})
         by_key[key][temp] = sig
-        log.info("%s entered at %.1f °C: T %.4f s, E %.2f ± %.2f J", key, temp, sig.time_s,
-                 sig.energy_j, sig.sd_energy_j)
+        log.info("%s: %s entered at %.1f °C: T %.4f s, E %.2f ± %.2f J", dev_name, key, temp,
+                 sig.time_s, sig.energy_j, sig.sd_energy_j)
+        done[0] += 1
+        elapsed = time.perf_counter() - t0
+        report(progress, ProgressEvent(done[0], total, f"{dev_name} {key} at {temp:.1f} °C", elapsed,
+                                       eta_s(elapsed, done[0], total - done[0]), True, sig,
+                                       f"contexts {dev_name}"))
 
-    for key, (el, om) in keys.items():           # cold first: every element from the null context
-        spec = wl.works.get(el)
-        if spec is None:
-            raise InputError(f"{wl.file}: elements.{el}: no work to run; add \"work\" (what ecal "
-                             "characterize measured)")
-        works[key] = load_work(spec, device=device).work
+    for key, (_el, om) in keys.items():          # cold first: every element from the null context
         device.set_operating_point(om)
         ready[key] = measure_ready_power_w(device, protocol)
         measure(key, None, None)
-    if heater is None:
-        if getattr(device, "simulated", False):
-            from measure.sim import preset
-
-            heater = preset(SIM_HEATER)
-        else:       # the hottest element's own work (highest mean power entered cold)
-            hot = max(keys, key=lambda k: next(iter(by_key[k].values())).power_w)
-            heater = works[hot]
+    heat = heater if heater is not None else _pick_heater(device, works, by_key)
     for key in keys:
         for target in warm_c:
-            measure(key, float(target), heater)
+            measure(key, float(target), heat)
     contexts = {k: ContextualSignature(k, v) for k, v in by_key.items()}
     mech = fit_thermal(obs)
     return Characterized(contexts, mech, temperature_sigma_c(mech, obs), tuple(obs))
