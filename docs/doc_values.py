@@ -496,3 +496,9 @@ def route_tune_lines(lines: list[str]) -> list[bool]:
 def tune_deadlines() -> str:
     """experiments/tune_deadlines.py's table (model-alone vs tuned plans on held-out seeds)."""
     return _table_lines(RES / "tune_deadlines.md")
+
+
+@value
+def context_planning() -> str:
+    """experiments/context_planning.py's table (plans at the null context vs in context)."""
+    return _table_lines(RES / "context_planning.md")

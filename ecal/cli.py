@@ -287,12 +287,12 @@ several works: ready power is calibrated once per operating point and shared; -o
 
     from .cmd_tune import add_tune_arguments
 
-    p = sub.add_parser("tune", help="plan, run, calibrate and plan again until a run keeps the deadline",
+    p = sub.add_parser("tune", help="plan, run, calibrate and plan again until the runs keep the deadline",
                        formatter_class=fmt, epilog="examples:\n"
                        "  ecal tune ecal/examples/workload_1f1b.json --deadline 1.05x -o plan.json\n"
                        "  ecal run plan.json --seed 1          # the tuned plan, run again\n"
-                       "exit status 1 when the rounds ran out before a run kept the deadline with its "
-                       "prediction confirmed")
+                       "exit status 1 when the rounds ran out before a round's K runs kept the deadline "
+                       "at the confidence with their energy within σ")
     add_tune_arguments(p)
 
     from .cmd_reorder import add_reorder_arguments

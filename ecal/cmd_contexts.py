@@ -34,8 +34,10 @@ def add_contexts_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warm-c", default="60",
                    help="warm entry temperatures to characterize at besides the cooled one, °C, "
                         "comma-separated (default: %(default)s)")
-    p.add_argument("--repeats", type=int, default=2,
-                   help="runs per option and entry temperature (default: %(default)s)")
+    p.add_argument("--repeats", type=int, default=None,
+                   help="entry runs per option and temperature (default: 8 on the simulator, where "
+                        "a run costs milliseconds and 2 leave each option's change as noisy as it "
+                        "is large, ±2-3 %%; 2 on a GPU, where each run waits for a cooldown)")
     p.add_argument("--devices", default=None, metavar="NAME[,NAME]",
                    help="characterize only these devices of the workload (default: all)")
     p.add_argument("--quiet", action="store_true", help="no progress (bar or lines)")
@@ -101,6 +103,8 @@ def cmd_contexts(args: argparse.Namespace) -> int:
 
     check_outputs(args, "-o", inputs=(args.workload,))
     warm = _warm(args.warm_c)
+    if args.repeats is None:
+        args.repeats = 8 if args.device == "sim" else 2
     if args.repeats < 2:
         raise UsageError(f"--repeats must be >= 2 (a σ needs two runs), got {args.repeats}")
     if args.device != "sim" and not args.device.startswith("nvml:"):

@@ -5,12 +5,14 @@ For each workload (the bundled 1F1B example and variants of it): ``execution.con
 characterizes every element@ω option at the cold entry and pre-heated to ``--warm-c`` on the
 simulated H200 and fits its thermal model; then the workload is planned at 1.05x and
 confidence 0.95 at the null context and in context (periodic entry), and both plans run on
-seeds 0..N−1 (fresh simulated GPUs per run). Reported per plan: the predicted makespan and
+seeds 0..N−1 (fresh simulated GPUs per run); the null-context plan's runs are also held
+against its own prediction in context (same choices, same runs: what the context model alone
+changes in the prediction). Reported per plan: the predicted makespan and
 energy, the measured means, the prediction's error (measured − predicted, % of predicted,
 mean over seeds ± its standard error), and the runs that met the deadline. The in-context
 row also says how many tasks were composed with their entry temperature.
 
-Usage: python experiments/context_planning.py [--seeds 10] [--warm-c 60] [--only NAME]
+Usage: python experiments/context_planning.py [--seeds 10] [--warm-c 60] [--repeats 8] [--only NAME]
 """
 
 from __future__ import annotations
@@ -28,16 +30,18 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "experiments"))
 
-from execution.context_plan import plan_context  # noqa: E402
+from tune_deadlines import rows_table, variants, workload_runner  # noqa: E402
+
+from execution.context_plan import MIN_Z, plan_context  # noqa: E402
 from execution.contexts import characterize_contexts  # noqa: E402
 from execution.reorder import contexts_document  # noqa: E402
 from execution.workload import load_workload  # noqa: E402
 from frontier.files import write_json_atomic, write_text_atomic  # noqa: E402
 from solvers.confidence import solve_at_confidence  # noqa: E402
-from tune_deadlines import rows_table, variants, workload_runner  # noqa: E402
+from solvers.context import with_context  # noqa: E402
 
 CONFIDENCE = 0.95
-NAMES = ("1f1b 4x8 (bundled)", "gpipe 4x8", "1f1b 4x8 steady state off")
+NAMES = ("1f1b 4x8 (bundled)", "1f1b 4x8 measured switches", "gpipe 4x8")
 COLS = ["workload", "plan", "in_context_tasks", "pred_ms", "meas_ms", "err_time_pct", "sd_err_time_pct",
         "err_energy_pct", "sd_err_energy_pct", "met", "pred_j", "meas_j"]
 
@@ -46,34 +50,43 @@ def _mean_sd(xs: list[float]) -> tuple[float, float]:
     return statistics.fmean(xs), (statistics.stdev(xs) / len(xs) ** 0.5 if len(xs) > 1 else 0.0)
 
 
-def rows_for(name: str, file: Path, seeds: int, warm_c: float, tmp: Path) -> list[dict[str, Any]]:
+def rows_for(name: str, file: Path, seeds: int, warm_c: float, tmp: Path, repeats: int,
+             min_z: float = MIN_Z) -> list[dict[str, Any]]:
     """The two rows (null context, in context) of one workload."""
     t0 = time.perf_counter()
-    chars = characterize_contexts(file, device="sim", seed=0, warm_c=(warm_c,), repeats=2)
+    chars = characterize_contexts(file, device="sim", seed=0, warm_c=(warm_c,), repeats=repeats)
     ctx_file = tmp / (file.stem + ".contexts.json")
     ctx_file.write_text(json.dumps(contexts_document(chars, "sim", True)))
     char_s = time.perf_counter() - t0
     wl = load_workload(file)
     problem, run = workload_runner(file)
-    ctx = plan_context(wl, ctx_file)
-    plans = {"null context": solve_at_confidence(problem, "1.05x", CONFIDENCE),
+    ctx = plan_context(wl, ctx_file, min_z=min_z)
+    null = solve_at_confidence(problem, "1.05x", CONFIDENCE)
+    plans = {"null context": null,
+             "null plan, predicted in context": with_context(null, problem, ctx),
              "in context": solve_at_confidence(problem, "1.05x", CONFIDENCE, context=ctx)}
     out = []
+    null_runs: list[Any] = []
     for label, plan in plans.items():
-        runs = [run(plan, s) for s in range(seeds)]
+        # the same choices run the same on the same seeds: the null plan's runs are measured
+        # once and held against both of its predictions
+        runs = null_runs if label.startswith("null plan") else [run(plan, s) for s in range(seeds)]
+        null_runs = null_runs or runs
         D = plan.target_deadline_s
-        pt = [100 * (r.step.measured_time_s / r.step.predicted_time_s - 1) for r in runs]
-        pe = [100 * (r.step.measured_energy_j / r.step.predicted_energy_j - 1) for r in runs]
+        pred_t, _ = plan.in_context_makespan_s
+        pred_e = plan.context["energy_j"] if plan.context else plan.energy_j
+        pt = [100 * (r.step.measured_time_s / pred_t - 1) for r in runs]
+        pe = [100 * (r.step.measured_energy_j / pred_e - 1) for r in runs]
         (et, set_), (ee, see) = _mean_sd(pt), _mean_sd(pe)
         rec = plan.context
         out.append({"workload": name, "plan": label,
                     "in_context_tasks": f"{rec['in_context']}/{problem.n_tasks}" if rec else "-",
-                    "pred_ms": 1e3 * runs[0].step.predicted_time_s,
+                    "pred_ms": 1e3 * pred_t,
                     "meas_ms": 1e3 * statistics.fmean(r.step.measured_time_s for r in runs),
                     "err_time_pct": et, "sd_err_time_pct": set_, "err_energy_pct": ee,
                     "sd_err_energy_pct": see,
                     "met": f"{sum(r.step.measured_time_s <= D * (1 + 1e-9) for r in runs)}/{len(runs)}",
-                    "pred_j": runs[0].step.predicted_energy_j,
+                    "pred_j": pred_e,
                     "meas_j": statistics.fmean(r.step.measured_energy_j for r in runs),
                     "deadline_ms": 1e3 * D, "characterize_s": char_s,
                     "thermal": {d: vars(c.mechanism) for d, c in chars.items()}})
@@ -85,6 +98,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--warm-c", type=float, default=60.0)
+    ap.add_argument("--repeats", type=int, default=8, help="entry runs per option and temperature")
+    ap.add_argument("--min-z", type=float, default=MIN_Z,
+                    help="compose in context only the options whose change passes this z (0: all)")
     ap.add_argument("--only", action="append", default=None, metavar="NAME")
     ap.add_argument("--out", default=str(ROOT / "experiments" / "results" / "context_planning"))
     a = ap.parse_args()
@@ -92,7 +108,7 @@ def main() -> None:
     files = variants(tmp)
     rows: list[dict[str, Any]] = []
     for name in a.only or NAMES:
-        rows += rows_for(name, Path(files[name]), a.seeds, a.warm_c, tmp)
+        rows += rows_for(name, Path(files[name]), a.seeds, a.warm_c, tmp, a.repeats, a.min_z)
         out = Path(a.out)
         write_json_atomic(out.with_suffix(".json"), {"rows": rows, "seeds": a.seeds, "warm_c": a.warm_c,
                                                      "confidence": CONFIDENCE, "deadline": "1.05x"})

@@ -124,7 +124,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          description="signatures exported from a store (ecal store export)"),
     Kind("contexts", (1,), model="execution.format_models:ContextsFile",
          description="elements characterized at entry temperatures, with each device's thermal "
-                     "model (ecal reorder --save-contexts)"),
+                     "model (ecal contexts; ecal reorder --save-contexts)"),
     Kind("selftest", (1,),
          model="frontier.format_models:SelftestReport",
          description="a device self-test record (ecal selftest)"),

@@ -57,8 +57,9 @@ import numpy as np
 
 from frontier.context import ContextualSignature, ThermalMechanism
 from frontier.errors import InputError
+from frontier.signature import Term
 
-from .model import Option, Problem, Task
+from .model import LeafTerms, Option, Problem, Task
 
 #: The first task's entry on each device: steps back to back, the idle steady state, or °C.
 ENTRIES = ("periodic", "cold")
@@ -119,6 +120,7 @@ class ContextEvaluation:
     walks: int
     entry: str | float = "periodic"
     mechanisms: Mapping[str, ThermalMechanism] = field(default_factory=dict)
+    leaves: Mapping[str, Mapping[str, Leaf]] = field(default_factory=dict)
 
     @property
     def in_context(self) -> list[str]:
@@ -126,17 +128,50 @@ class ContextEvaluation:
         return [t for t, v in self.entry_temps_c.items() if v is not None]
 
 
-def _shift(cs: ContextualSignature, entry_c: float, ref_c: float | None = None) -> tuple[float, float]:
-    """(ΔT s, ΔE J) of ``cs`` entered at ``entry_c`` against its entry at ``ref_c`` (None: its
-    null, coolest, entry)."""
-    ref = cs.by_entry_c[min(cs.by_entry_c)] if ref_c is None else cs.at(ref_c)
-    at = cs.at(entry_c)
-    return at.time_s - ref.time_s, at.energy_j - ref.energy_j
+#: One characterized point behind a shift: (coefficient, var T s², var d J², static power W).
+Leaf = tuple[float, float, float, float]
 
 
-def shifted_option(o: Option, dt_s: float, de_j: float, task: str = "") -> Option:
+def _weights(cs: ContextualSignature, temp_c: float) -> dict[float, float]:
+    """The characterized entry temperatures ``cs.at(temp_c)`` is a weighted sum of, with their
+    weights (linear between neighbours, the end value outside them)."""
+    temps = cs.temps_c
+    if len(temps) == 1 or temp_c <= temps[0]:
+        return {temps[0]: 1.0}
+    if temp_c >= temps[-1]:
+        return {temps[-1]: 1.0}
+    j = next(i for i, t in enumerate(temps) if t > temp_c)
+    w = (temp_c - temps[j - 1]) / (temps[j] - temps[j - 1])
+    return {temps[j - 1]: 1.0 - w, temps[j]: w}
+
+
+def _shift(cs: ContextualSignature, entry_c: float,
+           ref_c: float | None = None) -> tuple[float, float, dict[str, Leaf]]:
+    """(ΔT s, ΔE J, leaves) of ``cs`` entered at ``entry_c`` against its entry at ``ref_c``
+    (None: its null, coolest, entry). The shift is Σ_k a_k·p_k over the characterized points
+    p_k (a_k: the weight at the entry less the weight at the reference), so its error is
+    theirs: one leaf per point, keyed by element and temperature, so that tasks sharing a
+    point are correlated in a plan's σ as its other shared measurements are."""
+    a = _weights(cs, entry_c)
+    for t, w in (_weights(cs, ref_c) if ref_c is not None else {cs.temps_c[0]: 1.0}).items():
+        a[t] = a.get(t, 0.0) - w
+    dt = de = 0.0
+    leaves: dict[str, Leaf] = {}
+    for t, c in a.items():
+        if c == 0.0:
+            continue
+        p = cs.by_entry_c[t]
+        dt += c * p.time_s
+        de += c * p.energy_j
+        leaves[f"context:{cs.name}@{t:g}C"] = (c, p.var_time_s2, p.var_d_j2, p.s_w)
+    return dt, de, leaves
+
+
+def shifted_option(o: Option, dt_s: float, de_j: float, task: str = "",
+                   leaves: Mapping[str, Leaf] | None = None) -> Option:
     """``o`` taking ``dt_s`` longer and ``de_j`` more energy (its static power unchanged, so
-    the dynamic energy takes the rest). InputError when the time would not stay positive."""
+    the dynamic energy takes the rest), its σ widened by the shift's ``leaves`` (:func:`_shift`).
+    InputError when the time would not stay positive."""
     t = o.time_s + dt_s
     if not t > 0:
         raise InputError(f"task {task!r}: its entry context shortens it by {-dt_s:.6g} s, more "
@@ -146,12 +181,20 @@ def shifted_option(o: Option, dt_s: float, de_j: float, task: str = "") -> Optio
         raise InputError(f"task {task!r}: its entry context changes its energy by {de_j:+.6g} J, "
                          f"less than its static power draws over {dt_s:+.6g} s; the contextual "
                          "signature is not of this option")
-    return dataclasses.replace(o, time_s=t, d_j=d)
+    if not leaves:
+        return dataclasses.replace(o, time_s=t, d_j=d)
+    terms = dict(o.leaf_terms)
+    for key, (c, var_t, var_d, s_w) in leaves.items():
+        terms[key] = Term(float(var_t), float(var_d), c, c * s_w, c)
+    base = o.leaf_terms
+    return dataclasses.replace(o, time_s=t, d_j=d,
+                               terms=LeafTerms(terms, base.extra_var_time_s2, base.extra_var_energy_j2))
 
 
-def shifted_problem(problem: Problem, choice: Sequence[int],
-                    shifts: Mapping[str, tuple[float, float]]) -> Problem:
-    """``problem`` with each task of ``shifts`` taking its chosen option shifted by (ΔT, ΔE)."""
+def shifted_problem(problem: Problem, choice: Sequence[int], shifts: Mapping[str, tuple[float, float]],
+                    leaves: Mapping[str, Mapping[str, Leaf]] | None = None) -> Problem:
+    """``problem`` with each task of ``shifts`` taking its chosen option shifted by (ΔT, ΔE),
+    with that task's ``leaves`` (its shift's error)."""
     if not shifts:
         return problem
     pos = problem.index.pos
@@ -163,7 +206,7 @@ def shifted_problem(problem: Problem, choice: Sequence[int],
         i = pos[name]
         t = tasks[i]
         opts = list(t.options)
-        opts[choice[i]] = shifted_option(opts[choice[i]], dt, de, name)
+        opts[choice[i]] = shifted_option(opts[choice[i]], dt, de, name, (leaves or {}).get(name))
         tasks[i] = Task(t.name, t.device, tuple(opts))
     return problem.with_(tasks=tuple(tasks))
 
@@ -213,6 +256,7 @@ def evaluate_in_context(problem: Problem, choice: Sequence[int], ctx: PlanContex
     mechs = {d: m for d, m in ctx.mechanisms.items() if d in ix.dev_seq}
     dt = np.zeros(ix.n)
     de = np.zeros(ix.n)
+    leaves: dict[int, dict[str, Leaf]] = {}
     temps: dict[int, float] = {}
     entries: dict[str, float] = {}
     walks = 0
@@ -235,17 +279,18 @@ def evaluate_in_context(problem: Problem, choice: Sequence[int], ctx: PlanContex
         temps = new
         for i, cs in contextual.items():
             if i in temps:
-                dt[i], de[i] = _shift(cs, temps[i], refs[i])
+                dt[i], de[i], leaves[i] = _shift(cs, temps[i], refs[i])
                 shifted_option(problem.tasks[i].options[choice[i]], dt[i], de[i], ix.names[i])  # checks
         if moved <= tol_c:
             break
     start, end = ix.earliest(base_dur + dt, tau)
     mk = max(end) if ix.n else 0.0
     shifts = {ix.names[i]: (float(dt[i]), float(de[i])) for i in contextual if i in temps}
+    task_leaves = {ix.names[i]: leaves[i] for i in contextual if i in temps}
     entry_temps: dict[str, float | None] = {
         ix.names[i]: (float(temps[i]) if i in contextual and i in temps else None) for i in range(ix.n)}
-    return ContextEvaluation(shifted_problem(problem, choice, shifts), choice, entry_temps, shifts,
-                             entries, float(mk), walks, ctx.entry, mechs)
+    return ContextEvaluation(shifted_problem(problem, choice, shifts, task_leaves), choice, entry_temps,
+                             shifts, entries, float(mk), walks, ctx.entry, mechs, task_leaves)
 
 
 def context_record(ev: ContextEvaluation, plan: Any, source: str = "") -> dict[str, Any]:
@@ -257,7 +302,8 @@ def context_record(ev: ContextEvaluation, plan: Any, source: str = "") -> dict[s
             "devices": {d: {"ambient_c": m.ambient_c, "r_th_c_per_w": m.r_th_c_per_w,
                             "tau_s": m.tau_s, "entry_c": ev.device_entry_c.get(d)}
                         for d, m in ev.mechanisms.items()},
-            "tasks": {t: ({"entry_temp_c": v, "time_s": ev.shifts[t][0], "energy_j": ev.shifts[t][1]}
+            "tasks": {t: ({"entry_temp_c": v, "time_s": ev.shifts[t][0], "energy_j": ev.shifts[t][1],
+                           "leaves": {k: list(x) for k, x in ev.leaves.get(t, {}).items()}}
                           if v is not None else None) for t, v in ev.entry_temps_c.items()},
             "in_context": len(ev.in_context), "at_null": len(ev.entry_temps_c) - len(ev.in_context),
             "makespan_s": plan.makespan_s, "sd_makespan_s": plan.sd_makespan_s,
@@ -289,7 +335,7 @@ def in_context_plan(plan: Any, problem: Problem) -> tuple[Any, Problem]:
     from .plan import make_plan
 
     choice = [plan.choice[t.name] for t in problem.tasks]
-    shifted = shifted_problem(problem, choice, record_shifts(rec))
+    shifted = shifted_problem(problem, choice, record_shifts(rec), record_leaves(rec))
     start, end, mk = shifted.index.schedule(choice)
     cplan = make_plan(shifted, choice, max(plan.deadline_s, float(mk)), method=plan.method,
                       lower_bound_j=0.0, wall_s=0.0, meta=plan.meta)
@@ -298,21 +344,36 @@ def in_context_plan(plan: Any, problem: Problem) -> tuple[Any, Problem]:
 
 def record_shifts(record: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
     """The (ΔT s, ΔE J) per task of a plan's ``meta["context"]`` (:func:`context_record`)."""
+    return {k: v[0] for k, v in _record_tasks(record).items()}
+
+
+def record_leaves(record: Mapping[str, Any]) -> dict[str, dict[str, Leaf]]:
+    """The shift's leaves per task of a plan's ``meta["context"]`` (:func:`context_record`)."""
+    return {k: v[1] for k, v in _record_tasks(record).items()}
+
+
+def _record_tasks(record: Mapping[str, Any]) -> dict[str, tuple[tuple[float, float], dict[str, Leaf]]]:
     tasks = record.get("tasks") or {}
     out = {}
     for name, v in tasks.items():
         if v is None:
             continue
+        where = f"meta.context.tasks.{name}"
         try:
             dt, de = float(v["time_s"]), float(v["energy_j"])
-        except (KeyError, TypeError, ValueError):
-            raise InputError(f"meta.context.tasks.{name}: expected time_s and energy_j, got {v!r}") from None
-        if not (math.isfinite(dt) and math.isfinite(de)):
-            raise InputError(f"meta.context.tasks.{name}: shifts must be finite, got {v!r}")
-        out[str(name)] = (dt, de)
+            leaves = {str(k): (float(a), float(vt), float(vd), float(sw))
+                      for k, (a, vt, vd, sw) in (v.get("leaves") or {}).items()}
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise InputError(f"{where}: expected time_s, energy_j and leaves {{key: [a, var_t, var_d, "
+                             f"s_w]}}, got {v!r}") from None
+        vals = [dt, de, *(x for lf in leaves.values() for x in lf)]
+        if not all(math.isfinite(x) for x in vals) or any(lf[1] < 0 or lf[2] < 0 for lf in leaves.values()):
+            raise InputError(f"{where}: shifts must be finite and variances >= 0, got {v!r}")
+        out[str(name)] = ((dt, de), leaves)
     return out
 
 
 __all__ = ["PlanContext", "ContextEvaluation", "evaluate_in_context", "shifted_option",
-           "shifted_problem", "context_record", "record_shifts", "with_context", "in_context_plan",
+           "shifted_problem", "context_record", "record_shifts", "record_leaves", "with_context",
+           "in_context_plan",
            "ENTRIES"]

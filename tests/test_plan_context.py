@@ -68,6 +68,22 @@ def test_a_chain_at_a_given_entry_hand_worked() -> None:
     assert ev.problem.tasks[0].options[0] == _chain().tasks[0].options[0]
 
 
+def test_the_shifts_error_is_its_points_error() -> None:
+    # b's shift at weight w is w·(p60 − p40): its variance w²·(σ²_40 + σ²_60), in the plan's σ_T
+    cs = ContextualSignature("b", {40.0: Signature("b", 0.0, 1.0, 100.0, var_time_s2=4e-4),
+                                   60.0: Signature("b", 0.0, 1.1, 110.0, var_time_s2=9e-4)})
+    ctx = PlanContext({"gpu0": MECH}, {"b": {0: cs}}, entry=40.0)
+    p = _chain()
+    ev = evaluate_in_context(p, [0, 0], ctx)
+    w = (60.0 - 20.0 * math.exp(-1.0) - 40.0) / 20.0
+    assert set(ev.leaves["b"]) == {"context:b@40C", "context:b@60C"}
+    plan = make_plan(ev.problem, [0, 0], ev.makespan_s, method="given", lower_bound_j=0.0, wall_s=0.0)
+    assert plan.sd_makespan_s == pytest.approx(math.sqrt(w * w * (4e-4 + 9e-4)))
+    rebuilt, _ = in_context_plan(with_context(make_plan(p, [0, 0], 3.0, method="given", lower_bound_j=0.0,
+                                                        wall_s=0.0), p, ctx), p)
+    assert rebuilt.sd_makespan_s == pytest.approx(plan.sd_makespan_s)
+
+
 def test_cold_entry_is_the_idle_steady_state() -> None:
     ctx = PlanContext({"gpu0": MECH}, {"a": {0: _warmer("a", 1.0, 300.0, 0.2, 0.0)}}, entry="cold")
     ev = evaluate_in_context(_chain(idle_w=100.0), [0, 0], ctx)
@@ -274,3 +290,43 @@ def test_a_contexts_file_of_another_workload_is_refused(bundled, tmp_path, capsy
     assert main(["plan", str(wl_file), "--deadline", "1.05x", "--contexts", str(other)]) == 2
     err = capsys.readouterr().err
     assert "none of" in err and "ecal contexts" in err
+
+
+def test_ecal_tune_with_contexts_records_them(bundled, tmp_path, capsys) -> None:
+    wl_file, ctx_file = bundled
+    out = tmp_path / "tuned.json"
+    rc = main(["tune", str(wl_file), "--deadline", "1.1x", "--microbatches", "2", "--rounds", "1",
+               "--runs", "2", "--contexts", str(ctx_file), "--context-entry", "cold", "-o", str(out)])
+    assert rc in (0, 1)
+    assert "in context" in capsys.readouterr().out
+    plan = Plan.load(out)
+    assert plan.context is not None and plan.context["entry"] == "cold"
+    assert plan.meta["tune"]["rounds"][0]["predicted_time_s"] == pytest.approx(plan.context["makespan_s"])
+
+
+def test_only_options_that_change_beyond_their_error_are_composed_in_context(bundled, caplog) -> None:
+    from execution.context_plan import sensitive
+
+    def cs(dt, de, var_t, var_e):
+        return ContextualSignature("x", {40.0: Signature("x", 0.0, 1.0, 100.0, var_time_s2=var_t,
+                                                         var_energy_j2=var_e),
+                                         60.0: Signature("x", 0.0, 1.0 + dt, 100.0 + de,
+                                                         var_time_s2=var_t, var_energy_j2=var_e)})
+    # |Δ| against sqrt(σ²_cold + σ²_warm) = sqrt(2)·σ, on time or on energy
+    assert not sensitive(cs(0.01, 1.0, 1e-4, 1.0))          # z 0.71 and 0.71
+    assert sensitive(cs(0.03, 0.0, 1e-4, 1.0))              # time: z 2.12
+    assert sensitive(cs(0.0, 3.0, 1e-4, 1.0))               # energy: z 2.12
+    assert sensitive(cs(0.0, 3.0, 1e-4, 1.0), 2.0) and not sensitive(cs(0.0, 3.0, 1e-4, 1.0), 2.2)
+    assert sensitive(cs(0.01, 0.0, 0.0, 0.0)) and not sensitive(cs(0.0, 0.0, 0.0, 0.0))
+    # a contexts file in which nothing changes with the entry: every task at the null context
+    wl_file, ctx_file = bundled
+    doc = json.loads(ctx_file.read_text())
+    for dev in doc["devices"].values():
+        for pts in dev["elements"].values():
+            pts[1]["signature"] = pts[0]["signature"]
+    flat = ctx_file.with_name("flat.json")
+    flat.write_text(json.dumps(doc))
+    with caplog.at_level("WARNING"):
+        ctx = plan_context(load_workload(wl_file), flat)
+    assert ctx.tasks == {} and "beyond its error" in caplog.text
+    assert plan_context(load_workload(wl_file), ctx_file).tasks    # the synthetic change is exact
