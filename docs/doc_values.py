@@ -502,3 +502,9 @@ def tune_deadlines() -> str:
 def context_planning() -> str:
     """experiments/context_planning.py's table (plans at the null context vs in context)."""
     return _table_lines(RES / "context_planning.md")
+
+
+@value
+def context_planning_steady() -> str:
+    """experiments/context_planning.py --warmup-steps 8: the same at the thermal steady state."""
+    return _table_lines(RES / "context_planning_steady.md")

@@ -78,6 +78,11 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--microbatches", type=int, default=None,
                    help="with --workload: the same override ecal plan was given, if any")
     p.add_argument("--seed", type=int, default=0, help="simulator seed (default 0, as ecal demo)")
+    p.add_argument("--warmup-steps", type=int, default=1, metavar="N",
+                   help="unmeasured steps before the measured ones (default 1); more runs the "
+                        "plan at the thermal steady state of a long job, which a plan made with "
+                        "--contexts (periodic entry) assumes: on the simulated H200, 8 steps of "
+                        "the bundled example")
     p.add_argument("--target-rse", type=float, default=0.01,
                    help="repeat steps until the step energy's relative standard error is this "
                         "(default: %(default)s)")
@@ -114,6 +119,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     recorded = (args.workload is None and Path(args.plan).is_file()
                 and recorded_workload(args.plan) is not None)
     _check_device(args.device, args.workload, recorded)
+    if args.warmup_steps < 0:
+        raise UsageError(f"--warmup-steps must be >= 0, got {args.warmup_steps}")
     if not (args.target_rse > 0 and args.target_rse < 1):
         raise UsageError(f"--target-rse must be in (0, 1), got {args.target_rse:g}")
     check_outputs(args, "-o")
@@ -126,13 +133,14 @@ def cmd_run(args: argparse.Namespace) -> int:
             res = run_plan_with_workload(args.plan, args.workload, device=args.device,
                                          seed=args.seed, target_rse=args.target_rse,
                                          baselines=not args.no_baselines,
-                                         microbatches=args.microbatches)
+                                         microbatches=args.microbatches,
+                                         warmup_steps=args.warmup_steps)
         except GpuWorkerError as exc:
             print(f"ecal run: error: {exc}", file=sys.stderr)
             return 3
     else:
         res = run_plan_file(args.plan, seed=args.seed, target_rse=args.target_rse,
-                            baselines=not args.no_baselines)
+                            baselines=not args.no_baselines, warmup_steps=args.warmup_steps)
     out = Outputs()
     if args.output:
         out.json(args.output, res.to_dict())

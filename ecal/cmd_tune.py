@@ -36,6 +36,10 @@ def add_tune_arguments(p: argparse.ArgumentParser) -> None:
                    help="each run repeats steps until the step energy's relative standard error is "
                         "this (default: %(default)s)")
     p.add_argument("--method", default="auto", help="auto, dp, ilp or fast (default: %(default)s)")
+    p.add_argument("--warmup-steps", type=int, default=1, metavar="N",
+                   help="unmeasured steps before each run's measured ones (default 1); 8 calibrates "
+                        "at the thermal steady state of a long job on the simulated H200 (ecal run "
+                        "--warmup-steps)")
     p.add_argument("--microbatches", type=int, default=None,
                    help="the workload's pipeline with this many microbatches instead of its own")
     p.add_argument("-o", "--output", default=None,
@@ -59,6 +63,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     check_outputs(args, "-o")
     if args.rounds < 1:
         raise UsageError(f"--rounds must be >= 1, got {args.rounds}")
+    if args.warmup_steps < 0:
+        raise UsageError(f"--warmup-steps must be >= 0, got {args.warmup_steps}")
     if args.runs < 1:
         raise UsageError(f"--runs must be >= 1, got {args.runs}")
     if not 0 < args.target_rse < 1:
@@ -71,7 +77,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                max_rounds=args.rounds, runs_per_round=args.runs, device=args.device, seed=args.seed,
                target_rse=args.target_rse, method=args.method, microbatches=args.microbatches,
                progress=progress_reporter(not args.json), contexts=args.contexts,
-               context_entry=context_entry(args))
+               context_entry=context_entry(args), warmup_steps=args.warmup_steps)
     out = Outputs()
     if args.output:
         out.json(args.output, res.plan_dict())

@@ -204,7 +204,7 @@ def load_runnable(plan_file: str | os.PathLike) -> tuple[Plan, Problem, WorkTabl
 # -- running -------------------------------------------------------------------------------
 
 def run_plan_file(plan_file: str | os.PathLike, *, seed: int = 0, target_rse: float = 0.01,
-                  baselines: bool = True) -> ExecutionResult | PlanComparison:
+                  baselines: bool = True, warmup_steps: int = 1) -> ExecutionResult | PlanComparison:
     """Run a plan file naming its problem and work table (and the baselines it names) on
     simulated H200s: an :class:`ExecutionResult`, or a :class:`PlanComparison` when there
     are baselines."""
@@ -212,10 +212,10 @@ def run_plan_file(plan_file: str | os.PathLike, *, seed: int = 0, target_rse: fl
     base = read_baselines(paths["baselines"]) if baselines and "baselines" in paths else {}
     loaded = {n: load_runnable(p)[:3] for n, p in base.items()}   # all inputs read before any run
     proto = Protocol(target_rse=target_rse)
-    main = run_plan(plan, problem, work, seed=seed, protocol=proto)
+    main = run_plan(plan, problem, work, seed=seed, protocol=proto, warmup_steps=warmup_steps)
     if not loaded:
         return main
-    runs = {n: run_plan(*b, seed=seed, protocol=proto) for n, b in loaded.items()}
+    runs = {n: run_plan(*b, seed=seed, protocol=proto, warmup_steps=warmup_steps) for n, b in loaded.items()}
     return PlanComparison(main, runs, tuple(savings(main, r, n) for n, r in runs.items()))
 
 
@@ -271,14 +271,16 @@ def run_plan_with_workload(plan_file: str | os.PathLike, workload_file: str | os
                            = None, *, device: str = "sim", seed: int = 0,
                            target_rse: float = 0.01, baselines: bool = True,
                            microbatches: int | None = None, nvml: object | None = None,
-                           opener: Any = None) -> ExecutionResult | PlanComparison:
+                           opener: Any = None, warmup_steps: int = 1) -> ExecutionResult | PlanComparison:
     """Run a plan ``ecal plan WORKLOAD -o PLAN`` wrote with its workload's own work: an
     :class:`ExecutionResult`, or a :class:`PlanComparison` against the all-top-clock
     baseline. ``workload_file`` None: the workload the plan file records (with the overrides
     it was planned with); given: that file, with ``microbatches``. Devices are restored and
     closed whatever happens. ``device`` ``"nvml:I,J,..."`` runs a multi-device plan with one
     worker process per GPU (:mod:`execution.multi_gpu`; ``opener`` opens a GPU there, by
-    default through NVML); ``nvml`` injects a pynvml-like module for a single GPU."""
+    default through NVML); ``nvml`` injects a pynvml-like module for a single GPU.
+    ``warmup_steps``: unmeasured steps before the measured ones (more: the die at the thermal
+    steady state a long job runs at, which the plan's periodic entry context assumes)."""
     file, doc = _plan_doc(plan_file)
     plan = Plan.from_dict(doc, file)
     if workload_file is None:
@@ -295,16 +297,18 @@ def run_plan_with_workload(plan_file: str | os.PathLike, workload_file: str | os
     indices = parse_gpu_list(device)
     if indices is not None:
         return _run_on_gpus(plan, wl, ref, wl_name, indices, device, target_rse=target_rse,
-                            baselines=baselines, opener=opener)
+                            baselines=baselines, opener=opener, warmup_steps=warmup_steps)
     gpus = open_run_devices(list(problem.index.devices), device, seed, nvml)
     try:
         table = workload_work_table(wl, gpus, wl_name)
         proto = Protocol(target_rse=target_rse)
-        main = run_plan(plan, problem, table, seed=seed, protocol=proto, devices=gpus)
+        main = run_plan(plan, problem, table, seed=seed, protocol=proto, devices=gpus,
+                        warmup_steps=warmup_steps)
         if not baselines:
             return main
         top = all_max_plan(problem, plan.target_deadline_s)
-        base = run_plan(top, problem, table, seed=seed, protocol=proto, devices=gpus)
+        base = run_plan(top, problem, table, seed=seed, protocol=proto, devices=gpus,
+                        warmup_steps=warmup_steps)
         return PlanComparison(main, {"all_max": base}, (savings(main, base, "all_max"),))
     finally:
         for g in gpus.values():
@@ -313,7 +317,7 @@ def run_plan_with_workload(plan_file: str | os.PathLike, workload_file: str | os
 
 def _run_on_gpus(plan: Plan, wl: Workload, ref: WorkloadRef, wl_name: str, indices: tuple[int, ...],
                  device: str, *, target_rse: float, baselines: bool,
-                 opener: Any) -> ExecutionResult | PlanComparison:
+                 opener: Any, warmup_steps: int = 1) -> ExecutionResult | PlanComparison:
     """The plan (and its all-top-clock baseline) on one worker process per GPU."""
     from .multi_gpu import map_gpus, run_plans_on_gpus
 
@@ -328,7 +332,8 @@ def _run_on_gpus(plan: Plan, wl: Workload, ref: WorkloadRef, wl_name: str, indic
                         transition_energy_j=ref.transition_energy_j)
     main, *rest = run_plans_on_gpus(plans, problem, gpus, workload_ref=at,
                                     workload_path=os.path.abspath(wl_name), elements=elements,
-                                    protocol=Protocol(target_rse=target_rse), opener=opener)
+                                    protocol=Protocol(target_rse=target_rse), opener=opener,
+                                    warmup_steps=warmup_steps)
     if not rest:
         return main
     base = rest[0]

@@ -476,14 +476,17 @@ def tune(workload_file: str | os.PathLike, deadline: float | str, *,
          runs_per_round: int = DEFAULT_RUNS_PER_ROUND, device: str = "sim", seed: int = 0,
          target_rse: float = 0.01, method: str = "auto", microbatches: int | None = None,
          options: Any = None, progress: Callable[[ProgressEvent], None] | None = None,
-         contexts: str | os.PathLike | None = None, context_entry: str | float = "periodic") -> TuneResult:
+         contexts: str | os.PathLike | None = None, context_entry: str | float = "periodic",
+         warmup_steps: int = 1) -> TuneResult:
     """Plan ``workload_file`` at ``deadline`` (seconds or ``"1.05x"``), run it on ``device``
     (``"sim"``: one simulated H200 per plan device, fresh for each run; ``"nvml:N"``: a real
     GPU, single-device workloads, kept open across the runs) and re-plan with the measured
     offsets until a round passes both checks, or ``max_rounds`` rounds (module docstring).
     ``progress`` gets one event per round. ``contexts``: an ``ecal.contexts/1`` file; every
     plan is then composed with its entry context (:mod:`solvers.context`, first entry
-    ``context_entry``) and the offsets are measured against that. Raises
+    ``context_entry``) and the offsets are measured against that. ``warmup_steps``: unmeasured
+    steps before each run's measured ones (more: calibrated at a long job's thermal steady
+    state, see ``ecal run --warmup-steps``). Raises
     :class:`~solvers.model.InfeasibleError` when the deadline cannot be met (in round 1, or
     with the offsets the runs measured)."""
     if max_rounds < 1:
@@ -505,7 +508,8 @@ def tune(workload_file: str | os.PathLike, deadline: float | str, *,
 
     def run_on(gpus: Mapping[str, Any], plan: Plan, s: int) -> ExecutionResult:
         table = workload_work_table(wl, gpus, file)
-        return run_plan(plan, problem, table, seed=s, protocol=proto, devices=gpus)
+        return run_plan(plan, problem, table, seed=s, protocol=proto, devices=gpus,
+                        warmup_steps=warmup_steps)
 
     def run_once(plan: Plan, s: int) -> ExecutionResult:
         if held:

@@ -296,12 +296,15 @@ def test_ecal_tune_with_contexts_records_them(bundled, tmp_path, capsys) -> None
     wl_file, ctx_file = bundled
     out = tmp_path / "tuned.json"
     rc = main(["tune", str(wl_file), "--deadline", "1.1x", "--microbatches", "2", "--rounds", "1",
-               "--runs", "2", "--contexts", str(ctx_file), "--context-entry", "cold", "-o", str(out)])
+               "--runs", "2", "--contexts", str(ctx_file), "--context-entry", "cold",
+               "--warmup-steps", "2", "-o", str(out)])
     assert rc in (0, 1)
     assert "in context" in capsys.readouterr().out
     plan = Plan.load(out)
     assert plan.context is not None and plan.context["entry"] == "cold"
     assert plan.meta["tune"]["rounds"][0]["predicted_time_s"] == pytest.approx(plan.context["makespan_s"])
+    assert main(["tune", str(wl_file), "--deadline", "1.1x", "--warmup-steps", "-2"]) == 2
+    assert "--warmup-steps must be >= 0" in capsys.readouterr().err
 
 
 def test_only_options_that_change_beyond_their_error_are_composed_in_context(bundled, caplog) -> None:
@@ -330,3 +333,22 @@ def test_only_options_that_change_beyond_their_error_are_composed_in_context(bun
         ctx = plan_context(load_workload(wl_file), flat)
     assert ctx.tasks == {} and "beyond its error" in caplog.text
     assert plan_context(load_workload(wl_file), ctx_file).tasks    # the synthetic change is exact
+
+
+def test_ecal_run_warms_up_to_the_steady_state_a_context_plan_assumes(bundled, tmp_path, capsys) -> None:
+    wl_file, ctx_file = bundled
+    out = tmp_path / "plan.json"
+    assert main(["plan", str(wl_file), "--deadline", "1.05x", "--contexts", str(ctx_file),
+                 "--microbatches", "2", "-o", str(out)]) == 0
+    capsys.readouterr()
+    temps = {}
+    for n in (1, 6):
+        main(["run", str(out), "--no-baselines", "--warmup-steps", str(n), "--json"])
+        doc = json.loads(capsys.readouterr().out)
+        doc = doc.get("plan", doc) if "step" not in doc else doc
+        assert doc["warmup_steps"] == n
+        t = doc["meta"]["task_temperature_c"]
+        temps[n] = sum(t.values()) / len(t)
+    assert temps[6] > temps[1] + 1.0                  # more warm-up: a warmer die at the tasks
+    assert main(["run", str(out), "--warmup-steps", "-1"]) == 2
+    assert "--warmup-steps must be >= 0" in capsys.readouterr().err

@@ -76,12 +76,9 @@ def test_run_reproduces_the_demo_execution(demo, capsys, tmp_path):
     assert doc == json.loads(out.read_text())
     want = r.comparison
     assert doc["simulated"] is True
-    # KNOWN (2026-12-05, since the demo tunes plan 2): the written plan, run again on the same
-    # seed, lands 0.01 % from the demo's own run (was exact); the cause is not found yet, so this
-    # checks agreement at 0.2 % until it is
-    assert doc["plan"]["step"]["measured_energy_j"] == pytest.approx(
-        want.plan.step.measured_energy_j, rel=2e-3)
-    assert doc["plan"]["step"]["measured_time_s"] == pytest.approx(want.plan.step.measured_time_s, rel=2e-3)
+    # the written plan, run again on the same seed, is the demo's own run, exactly
+    assert doc["plan"]["step"]["measured_energy_j"] == want.plan.step.measured_energy_j
+    assert doc["plan"]["step"]["measured_time_s"] == want.plan.step.measured_time_s
     # the tuned plan predicts its model energy plus the offset measured on its own runs
     from solvers.calibration import plan_calibration
 
@@ -91,12 +88,11 @@ def test_run_reproduces_the_demo_execution(demo, capsys, tmp_path):
     assert doc["plan"]["flagged"] == want.plan.flagged
     assert set(doc["baselines"]) == set(want.baselines)
     for n, b in want.baselines.items():
-        assert doc["baselines"][n]["step"]["measured_energy_j"] == pytest.approx(
-            b.step.measured_energy_j, rel=2e-3)
+        assert doc["baselines"][n]["step"]["measured_energy_j"] == b.step.measured_energy_j
     for got, s in zip(doc["savings"], want.savings):
         assert got["baseline"] == s.baseline
-        assert got["measured"] == pytest.approx(s.measured, abs=2e-3)
-        assert got["sd_measured"] == pytest.approx(s.sd_measured, abs=2e-3)
+        assert got["measured"] == pytest.approx(s.measured, rel=1e-12)
+        assert got["sd_measured"] == pytest.approx(s.sd_measured, rel=1e-12)
 
 
 def test_round1_plan_file_reproduces_the_flag(demo, capsys):
