@@ -50,7 +50,9 @@ def _hull_cost(lp, v, t):
 def _assert_same(p, D):
     lp, r_lp, fl, r_fl = _both(p, D)
     assert r_fl.bound_j == pytest.approx(r_lp.bound_j, rel=REL, abs=1e-9)
-    assert r_fl.makespan_s == pytest.approx(r_lp.makespan_s, rel=REL, abs=1e-9)
+    # the makespan is not compared: where the optimum is not unique (the deadline slack, a
+    # flat hull segment) the two codes may return different optimal schedules (3x4 1F1B at
+    # 1.2x: 23.90 s and 24.32 s, same bound); the flow's is checked feasible and optimal below
     _check_schedule(p, fl, r_fl, D)
     primal = sum(_hull_cost(fl, v, t) for v, t in enumerate(r_fl.time_s)) + p.index.p_total * r_fl.makespan_s
     assert primal == pytest.approx(r_fl.bound_j, rel=1e-8, abs=1e-9)
