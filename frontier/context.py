@@ -175,6 +175,19 @@ class ContextualSignature:
         """The characterized entry temperatures, ascending, °C."""
         return [float(t) for t in self.by_entry_c]
 
+    def weights(self, entry_c: float | None) -> dict[float, float]:
+        """The characterized entry temperatures (°C) the value at ``entry_c`` is a weighted sum
+        of, with their weights, as :meth:`at` interpolates: linear between the two nearest, the
+        end value outside them; ``None`` (the null context) is the coolest."""
+        temps = self.temps_c
+        if entry_c is None or len(temps) == 1 or entry_c <= temps[0]:
+            return {temps[0]: 1.0}
+        if entry_c >= temps[-1]:
+            return {temps[-1]: 1.0}
+        j = bisect.bisect_right(temps, entry_c)
+        w = (entry_c - temps[j - 1]) / (temps[j] - temps[j - 1])
+        return {temps[j - 1]: 1.0 - w, temps[j]: w}
+
     def at(self, entry_c: float) -> Signature:
         """The signature at entry temperature ``entry_c`` (°C), interpolated."""
         temps = self.temps_c

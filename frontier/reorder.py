@@ -179,17 +179,7 @@ def _point_weights(e: Element, temp: float | None) -> list[tuple[object, float, 
     (matching :meth:`ContextualSignature.at`): (leaf key, weight, point)."""
     if not isinstance(e, ContextualSignature):
         return [(id(e), 1.0, e)]
-    temps = e.temps_c
-    sigs = list(e.by_entry_c.values())
-    if temp is None:
-        return [((id(e), temps[0]), 1.0, sigs[0])]
-    if len(temps) == 1 or temp <= temps[0]:
-        return [((id(e), temps[0]), 1.0, sigs[0])]
-    if temp >= temps[-1]:
-        return [((id(e), temps[-1]), 1.0, sigs[-1])]
-    j = next(i for i, t in enumerate(temps) if t > temp)
-    w = (temp - temps[j - 1]) / (temps[j] - temps[j - 1])
-    return [((id(e), temps[j - 1]), 1.0 - w, sigs[j - 1]), ((id(e), temps[j]), w, sigs[j])]
+    return [((id(e), t), w, e.by_entry_c[t]) for t, w in e.weights(temp).items()]
 
 
 def _steady_bracket(elems: Sequence[Element], mechanism: ThermalMechanism) -> tuple[float, float]:

@@ -69,7 +69,7 @@ def holds(plan: Plan, deadline_s: float, z: float, calibration: Calibration | No
     """Whether ``plan``'s makespan + z·σ_T meets ``deadline_s``; with a ``calibration``, its
     calibrated makespan T + b_T + z·sqrt(σ_T² + σ_b²) (:mod:`solvers.calibration`)."""
     b = calibration.step if calibration is not None else None
-    t, sd = plan.in_context_makespan_s          # the plan's own at the null context
+    t, sd = plan.in_context_makespan_s          # in its entry context, if composed with one
     if b is None:
         return meets_deadline(t + z * sd, deadline_s)
     return meets_deadline(t + b.time_s + z * combined_sd(sd, b.sd_time_s), deadline_s)
@@ -158,16 +158,21 @@ def _done(plan: Plan, D: float, confidence: float, z: float, solved_s: float,
         meta["calibration"] = cal.to_dict()
     else:
         meta.pop("calibration", None)
-    b, sd_b = (cal.step.time_s, cal.step.sd_time_s) if cal is not None else (0.0, 0.0)
     info = {"confidence": float(confidence), "z": z, "deadline_s": D, "solved_deadline_s": solved_s,
-            "p_meets_deadline": p_meets(D - b, plan.in_context_makespan_s[0],
-                                        combined_sd(plan.in_context_makespan_s[1], sd_b)),
+            "p_meets_deadline": _p_meets(plan, D, cal),
             "exact_for": "the solved (tightened) deadline: makespan <= solved_deadline_s",
             "rounds": rounds}
     meta["confidence"] = info
     # wall time: every round's method together (a curve's points took none)
     return dataclasses.replace(plan, wall_s=float(sum(r.get("wall_s", 0.0) for r in rounds)),
                                meta=meta)
+
+
+def _p_meets(plan: Plan, D: float, cal: Calibration | None) -> float:
+    """P(the plan's makespan, in its entry context and offset by ``cal``, meets ``D``)."""
+    b, sd_b = (cal.step.time_s, cal.step.sd_time_s) if cal is not None else (0.0, 0.0)
+    t, sd = plan.in_context_makespan_s
+    return p_meets(D - b, t, combined_sd(sd, sd_b))
 
 
 def recalibrated(plan: Plan, cal: Calibration, measured_on: str) -> Plan:
@@ -185,8 +190,7 @@ def recalibrated(plan: Plan, cal: Calibration, measured_on: str) -> Plan:
         meta["calibration"] = cal.to_dict()
     D = info.get("deadline_s", plan.target_deadline_s)
     if D is not None:
-        t, sd = plan.in_context_makespan_s
-        info["p_meets_deadline"] = p_meets(float(D) - cal.step.time_s, t, combined_sd(sd, cal.step.sd_time_s))
+        info["p_meets_deadline"] = _p_meets(plan, float(D), cal)
     info["calibration_measured_on"] = measured_on
     meta["confidence"] = info
     return dataclasses.replace(plan, meta=meta)

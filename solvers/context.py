@@ -11,13 +11,14 @@ enters its device at the temperature the tasks and bubbles before it left behind
   with its own energy over its own duration, and the device idles from its last task to the
   makespan;
 - a task whose chosen option has a contextual signature is shifted by what its entry
-  temperature changes: ΔT = T(Θ) − T(Θ_null) and ΔE likewise, Θ_null its coolest
-  characterized entry (the protocol's null context), added to the option as planned (so a
-  composite option, a stage with its send, keeps its other parts); every other task is
-  composed at the null context, and the evaluation says which;
+  temperature changes: ΔT = T(Θ) − T(Θ_ref) and ΔE likewise, Θ_ref the temperature the
+  option's own signature was measured at (:attr:`PlanContext.reference_c`; else its coolest
+  characterized entry, the protocol's null context), added to the option as planned (so a
+  composite option, a stage with its send, keeps its other parts), the shift's error in its
+  σ; every other task is composed at the null context, and the evaluation says which;
 - the schedule moves with the shifted durations, so the walk repeats until no entry
   temperature moves by more than ``tol_c`` (a few rounds: the shifts are small);
-- the first task's entry is ``"periodic"`` (steps run back to back, as ``ecal run`` runs
+- the first task's entry is ``"periodic"`` (steps run back to back, as a long job runs
   them: the fixed point where a step leaves the die as it found it; the RC update is affine in
   the entry, so it is solved, not iterated), ``"cold"`` (the device's idle steady state) or a
   given temperature, °C.
@@ -101,6 +102,10 @@ class PlanContext:
             raise InputError(f"context entry temperature {self.entry!r} °C is not finite")
 
 
+#: One characterized point behind a shift: (coefficient, var T s², var d J², static power W).
+Leaf = tuple[float, float, float, float]
+
+
 @dataclass(frozen=True)
 class ContextEvaluation:
     """A plan's choices composed with their entry context (:func:`evaluate_in_context`).
@@ -128,23 +133,6 @@ class ContextEvaluation:
         return [t for t, v in self.entry_temps_c.items() if v is not None]
 
 
-#: One characterized point behind a shift: (coefficient, var T s², var d J², static power W).
-Leaf = tuple[float, float, float, float]
-
-
-def _weights(cs: ContextualSignature, temp_c: float) -> dict[float, float]:
-    """The characterized entry temperatures ``cs.at(temp_c)`` is a weighted sum of, with their
-    weights (linear between neighbours, the end value outside them)."""
-    temps = cs.temps_c
-    if len(temps) == 1 or temp_c <= temps[0]:
-        return {temps[0]: 1.0}
-    if temp_c >= temps[-1]:
-        return {temps[-1]: 1.0}
-    j = next(i for i, t in enumerate(temps) if t > temp_c)
-    w = (temp_c - temps[j - 1]) / (temps[j] - temps[j - 1])
-    return {temps[j - 1]: 1.0 - w, temps[j]: w}
-
-
 def _shift(cs: ContextualSignature, entry_c: float,
            ref_c: float | None = None) -> tuple[float, float, dict[str, Leaf]]:
     """(ΔT s, ΔE J, leaves) of ``cs`` entered at ``entry_c`` against its entry at ``ref_c``
@@ -152,8 +140,8 @@ def _shift(cs: ContextualSignature, entry_c: float,
     p_k (a_k: the weight at the entry less the weight at the reference), so its error is
     theirs: one leaf per point, keyed by element and temperature, so that tasks sharing a
     point are correlated in a plan's σ as its other shared measurements are."""
-    a = _weights(cs, entry_c)
-    for t, w in (_weights(cs, ref_c) if ref_c is not None else {cs.temps_c[0]: 1.0}).items():
+    a = cs.weights(entry_c)
+    for t, w in cs.weights(ref_c).items():
         a[t] = a.get(t, 0.0) - w
     dt = de = 0.0
     leaves: dict[str, Leaf] = {}
@@ -310,6 +298,12 @@ def context_record(ev: ContextEvaluation, plan: Any, source: str = "") -> dict[s
             "energy_j": plan.energy_j, "sd_energy_j": plan.sd_energy_j}
 
 
+def _plan_choice(plan: Any, problem: Problem) -> list[int]:
+    """The plan's option index of each of ``problem``'s tasks, in problem order."""
+    by_name = plan.choice
+    return [by_name[t.name] for t in problem.tasks]
+
+
 def with_context(plan: Any, problem: Problem, ctx: PlanContext) -> Any:
     """``plan`` (made for ``problem`` at the null context) recording its composition with its
     entry context in ``meta["context"]`` (:func:`context_record`). Its tasks, energy, bound and
@@ -318,7 +312,7 @@ def with_context(plan: Any, problem: Problem, ctx: PlanContext) -> Any:
     the deadline and ``ecal run`` predicts."""
     from .plan import make_plan
 
-    choice = [plan.choice[t.name] for t in problem.tasks]
+    choice = _plan_choice(plan, problem)
     ev = evaluate_in_context(problem, choice, ctx)
     cplan = make_plan(ev.problem, ev.choice, max(plan.deadline_s, ev.makespan_s), method=plan.method,
                       lower_bound_j=0.0, wall_s=0.0)
@@ -334,7 +328,7 @@ def in_context_plan(plan: Any, problem: Problem) -> tuple[Any, Problem]:
         return plan, problem
     from .plan import make_plan
 
-    choice = [plan.choice[t.name] for t in problem.tasks]
+    choice = _plan_choice(plan, problem)
     shifted = shifted_problem(problem, choice, record_shifts(rec), record_leaves(rec))
     start, end, mk = shifted.index.schedule(choice)
     cplan = make_plan(shifted, choice, max(plan.deadline_s, float(mk)), method=plan.method,
