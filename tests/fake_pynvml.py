@@ -49,6 +49,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from measure.shield import shielded
+
 try:  # real constants and error classes when nvidia-ml-py is installed
     import pynvml as _real
 except ImportError:  # pragma: no cover - nvidia-ml-py is a declared dependency
@@ -199,16 +201,23 @@ def make_fake_pynvml(gpu: FakeGPU | None = None, *, gpus: list[FakeGPU] | None =
             finally:
                 depth[0] -= 1
             return
-        fd = os.open(f"{os.fspath(state_path)}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            depth[0] += 1
+        # A real NVML call is one C call: no Python signal handler runs inside it. This one
+        # takes an flock, so a handler that ran inside it (restoring()'s, which calls the fake
+        # again) would wait on the flock its own process holds, forever (seen once in CI: a
+        # Ctrl-C to a multi-GPU run landing between the flock and the depth count). Shielded,
+        # the handler runs when the call has returned, as it would on a real GPU.
+        with shielded():
+            fd = os.open(f"{os.fspath(state_path)}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+                         0o600)
             try:
-                yield
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                depth[0] += 1
+                try:
+                    yield
+                finally:
+                    depth[0] -= 1
             finally:
-                depth[0] -= 1
-        finally:
-            os.close(fd)           # drops the flock
+                os.close(fd)           # drops the flock
 
     def _load() -> None:
         if state_path is None:

@@ -175,9 +175,12 @@ def test_local_campaign_killed_and_resumed_commits_every_unit_once(tmp_path, ref
     done, rows, content = store_state(tmp_path / "c8.sqlite", "c8")
     assert len(done) == 16 and rows == 16
     assert content == store_state(reference, "c8")[2]
-    # who measured each unit is recorded, and several GPUs did the work
-    gpus = {rec["measured_by"]["uuid"] for rec in done.values()}
-    assert gpus <= {f"SIM-H200-{i}" for i in range(4)} and len(gpus) >= 2
+    # who measured each unit is recorded: one of the four GPUs, and a worker process only
+    # ever its own (how many GPUs took a unit is scheduling: on a loaded machine one worker
+    # can take them all, so that is not asserted)
+    by = [(rec["measured_by"]["pid"], rec["measured_by"]["uuid"]) for rec in done.values()]
+    assert {u for _, u in by} <= {f"SIM-H200-{i}" for i in range(4)}
+    assert len(dict(by)) == len(set(by)), by
     assert all(rec["measured_by"]["host"] for rec in done.values())
     # a third run has nothing left to do
     third = ecal_child(tmp_path, args)

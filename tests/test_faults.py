@@ -552,6 +552,46 @@ sys.exit(0)     # no restore, no close: atexit must put it back
     assert_as_found(card)
 
 
+def test_a_signal_landing_as_the_file_backed_fake_takes_its_lock_cannot_deadlock(tmp_path):
+    """A Ctrl-C landing just after the file-backed fake took its flock (before it counted the
+    lock as held) once ran restoring()'s handler there: its restore called the fake, which
+    waited forever on the flock its own process held (a multi-GPU run hung in CI). The fake's
+    call is shielded like a real NVML call, so the handler runs after it: the process ends at
+    once with the card as found."""
+    card = Card(tmp_path)
+    script = f"""
+import signal, sys, types
+sys.path.insert(0, {str(ROOT)!r})
+import tests.fake_pynvml as fp
+from frontier.operating_point import OperatingPoint
+from measure import NVMLDevice
+from measure.device import restoring
+fake = fp.make_fake_pynvml(state_path={str(card.path)!r})
+dev = NVMLDevice(nvml=fake, clock=fake.time, sleep=fake.sleep, synchronize=lambda: None)
+real = fp.fcntl
+def flock(fd, op):
+    real.flock(fd, op)
+    if op == real.LOCK_EX:
+        fp.fcntl = real                  # once
+        signal.raise_signal(signal.SIGINT)
+try:
+    with restoring(dev):
+        dev.set_operating_point(OperatingPoint(sm_clock_mhz=1200, mem_clock_mhz=2201,
+                                               power_limit_w=450))
+        fp.fcntl = types.SimpleNamespace(flock=flock, LOCK_EX=real.LOCK_EX)
+        dev.get_operating_point()
+        dev.get_operating_point()
+except KeyboardInterrupt:
+    sys.exit(130)
+sys.exit(0)
+"""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", script], env=env, timeout=60,
+                          capture_output=True, text=True)
+    assert done.returncode == 130, done.stderr
+    assert_as_found(card)
+
+
 # -- at least 200 runs: a random signal at a random NVML call of a sweep ----------------------
 
 RANDOM_GRID = "sm_clock_mhz=1500,mem_clock_mhz=2201,power_limit_w=500,450"
