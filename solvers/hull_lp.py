@@ -25,6 +25,7 @@ from .guarded import ChildFailed, ChildServer
 from .hull_flow import FlowInexact, FlowNet, flow_available, flow_net, solve_hull_flow
 from .model import Problem
 from .options import LimitOptions
+from .periodic import PeriodicHullLP, periodic_classes
 from .quiet import c_stdout_quiet
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,10 @@ log = logging.getLogger(__name__)
 #: How :meth:`HullLP.solve` solves: "flow" (:mod:`solvers.hull_flow`, its dual min-cost flow,
 #: about linear in the tasks) or "lp" (a general LP code, the reference).
 METHODS = ("flow", "lp")
+#: From this many tasks on, a pipeline's hull LP is first solved through its periodic
+#: restriction and dual (:mod:`solvers.periodic`; the full LP when they do not meet). Below
+#: it the full LP is as fast (16 stages, 3,072 tasks: 0.9 s full, 3.9 s periodic).
+PERIODIC_MIN_TASKS = 6144
 
 
 def lower_hull(t: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -51,6 +56,20 @@ def lower_hull(t: np.ndarray, c: np.ndarray) -> np.ndarray:
                 break
         hull.append(int(i))
     return np.array(hull, dtype=int)
+
+
+def _hulls(times: list[np.ndarray], costs: list[np.ndarray]) -> list[np.ndarray]:
+    """:func:`lower_hull` of every task, computed once per distinct option set (a pipeline's
+    tasks share a few: 131,072 tasks of 16 stages have 32)."""
+    seen: dict[bytes, np.ndarray] = {}
+    out = []
+    for t, c in zip(times, costs):
+        key = t.tobytes() + b"|" + c.tobytes()
+        h = seen.get(key)
+        if h is None:
+            h = seen[key] = lower_hull(t, c)
+        out.append(h)
+    return out
 
 
 @dataclass(frozen=True)
@@ -83,14 +102,17 @@ class HullLP:
     (``experiments/bench_hull_flow.py``)."""
 
     def __init__(self, p: Problem, warm: bool = True, *, process_min_tasks: int | None = None,
-                 method: str | None = None):
+                 method: str | None = None, periodic_min_tasks: int | None = PERIODIC_MIN_TASKS):
         """The LP of ``p``; ``warm``: re-solve a warm HiGHS model when ``highspy`` is
         installed (False: a cold ``scipy.optimize.linprog`` solve every time).
         ``process_min_tasks`` (default :attr:`solvers.options.LimitOptions.lp_process_min_tasks`):
         from this many tasks on, the LP is solved in a child process (:mod:`solvers.guarded`)
         that a signal or the safety net (:func:`solvers.limits.wall_net`) stops at once; the
         same code solves it there, so the results are the same. ``method``: "lp" (default) or
-        "flow" (InputError when OR-Tools is not installed)."""
+        "flow" (InputError when OR-Tools is not installed). ``periodic_min_tasks`` (None: never):
+        from this many tasks on, a pipeline's LP is solved through its periodic restriction and
+        dual first (:mod:`solvers.periodic`), in time that grows with its stages, not its
+        microbatches; the full LP when they do not certify each other."""
         if method is None:
             method = "lp"
         if method not in METHODS:
@@ -101,7 +123,7 @@ class HullLP:
         ix = p.index
         self.p = p
         n = ix.n
-        self.hulls = [lower_hull(ix.time[i], ix.cost[i]) for i in range(n)]
+        self.hulls = _hulls(ix.time, ix.cost)
         # Segments of task i, from its slowest vertex toward its fastest.
         self.t_slow = np.array([float(ix.time[i][h[-1]]) for i, h in enumerate(self.hulls)])
         self.c_slow = np.array([float(ix.cost[i][h[-1]]) for i, h in enumerate(self.hulls)])
@@ -142,6 +164,9 @@ class HullLP:
         else:
             self._engine = _LPEngine(*args)
         self._args = args
+        self._periodic_min = math.inf if periodic_min_tasks is None else periodic_min_tasks
+        self._periodic: PeriodicHullLP | None | bool = None    # False: none, or no longer valid
+        self._guard_periodic = n >= process_min_tasks
 
     def _rhs(self, row_latency_s: np.ndarray | None = None) -> np.ndarray:
         b = -self.t_slow[self.row_owner] if len(self.rows) else np.zeros(0)
@@ -177,9 +202,36 @@ class HullLP:
         return getattr(self._engine, name)(*args)
 
     def close(self) -> None:
-        """Stop the LP's child process, if it has one (it also ends with this object)."""
+        """Stop the LP's child processes, if it has any (they also end with this object)."""
         if self._child is not None:
             self._child.close()
+        if isinstance(self._periodic, PeriodicHullLP):
+            self._periodic.close()
+
+    def _solve_periodic(self, deadline_s: float) -> LPResult | None:
+        """The LP through its periodic restriction and dual (:mod:`solvers.periodic`), or None
+        when it is not a long pipeline or they do not certify each other; a margin twice the
+        default is tried before giving up."""
+        if self._periodic is False or self.p.index.n < self._periodic_min:
+            return None
+        if self._periodic is None:
+            pc = periodic_classes(self.p)
+            self._periodic = PeriodicHullLP(self, pc, self._guard_periodic) if pc else False
+        if not isinstance(self._periodic, PeriodicHullLP):
+            return None
+        res = self._periodic.solve(deadline_s)
+        if res is None and not self._periodic.retried:
+            margin = 2 * self._periodic.pc.margin
+            self._periodic.close()
+            pc = periodic_classes(self.p, margin)
+            self._periodic = PeriodicHullLP(self, pc, self._guard_periodic, retried=True) if pc else False
+            if isinstance(self._periodic, PeriodicHullLP):
+                res = self._periodic.solve(deadline_s)
+        if res is None:
+            log.info("hull LP at D=%s: the periodic restriction did not certify; solving it whole",
+                     deadline_s)
+            return None
+        return LPResult(*res)
 
     def set_single_options(self, values: dict[int, tuple[float, float]]) -> None:
         """Give tasks that have a single option a new (time s, effective energy J), in place and
@@ -197,6 +249,10 @@ class HullLP:
                 vals.append(float(-t))
         if rows:
             self._call("set_rows", np.array(rows, dtype=int), np.array(vals))
+        if values:        # the periodic classes were read from the options as they were
+            if isinstance(self._periodic, PeriodicHullLP):
+                self._periodic.close()
+            self._periodic = False
 
     def linprog(self, deadline_s: float, row_latency_s: np.ndarray | None = None):
         """A cold ``scipy.optimize.linprog`` solve at ``deadline_s`` (M ≤ D), every precedence
@@ -211,6 +267,9 @@ class HullLP:
         """Solve at ``deadline_s`` (M ≤ D). In a child process (large LPs) a signal or the
         safety net stops it at once (:class:`solvers.limits.NetFired` for the net)."""
         n = self.p.index.n
+        res = self._solve_periodic(float(deadline_s))
+        if res is not None:
+            return res
         const = float(self.c_slow.sum())
         fun, x, duals, slope = self._call("solve", float(deadline_s))
         return LPResult(fun + const, self._times(x), float(x[n]), np.maximum(duals, 0.0), min(slope, 0.0))

@@ -318,6 +318,9 @@ class Problem:
         object.__setattr__(self, "steady_state", bool(self.steady_state))
         fixed = []
         seen: set[str] = set()
+        # Tasks that list the very same option objects (a pipeline's microbatches share their
+        # stage's) are checked and converted once: 131,072 tasks x 60 options took 31 s.
+        converted: dict[tuple[int, ...], tuple[Option, ...]] = {}
         for t in tasks:
             if not isinstance(t, Task):
                 raise ProblemError(f"{self.name}: tasks must be Task objects, got {t!r}")
@@ -326,7 +329,11 @@ class Problem:
             seen.add(t.name)
             if not t.options:
                 raise ProblemError(f"task {t.name!r}: no options")
-            opts = tuple(_option_from(t.name, i, o) for i, o in enumerate(t.options))
+            ids = tuple(map(id, t.options))      # the objects stay alive in t.options
+            opts = converted.get(ids)
+            if opts is None:
+                opts = converted[ids] = tuple(_option_from(t.name, i, o)
+                                              for i, o in enumerate(t.options))
             fixed.append(Task(str(t.name), str(t.device), opts))
         object.__setattr__(self, "tasks", tuple(fixed))
         idle = {}
@@ -460,15 +467,26 @@ class Problem:
         best_ch = ix.fastest_choice()
         best = float(ix.makespan(best_ch))
         if self.has_transitions:
-            per_task = [[o.omega.dev for o in t.options] for t in self.tasks]
-            devs = sorted({w for ws in per_task for w in ws})
+            # per distinct option tuple (a pipeline's tasks share their stage's), its ω_devs
+            rows: dict[int, int] = {}
+            distinct: list[list] = []
+            row = np.empty(ix.n, dtype=np.int64)
+            for v, t in enumerate(self.tasks):
+                r = rows.get(id(t.options))
+                if r is None:
+                    r = rows[id(t.options)] = len(distinct)
+                    distinct.append([o.omega.dev for o in t.options])
+                row[v] = r
+            devs = sorted({w for ws in distinct for w in ws})
             code = {w: i for i, w in enumerate(devs)}
             kmax = max(ix.k)
             times = np.full((ix.n, kmax), np.inf)
-            ids = np.full((ix.n, kmax), -1)
-            for v, ws in enumerate(per_task):
-                times[v, :len(ws)] = ix.time[v]
-                ids[v, :len(ws)] = [code[w] for w in ws]
+            codes = np.full((len(distinct), kmax), -1)
+            for r, ws in enumerate(distinct):
+                codes[r, :len(ws)] = [code[w] for w in ws]
+            ids = codes[row]
+            for v in range(ix.n):
+                times[v, :ix.k[v]] = ix.time[v]
             fastest = np.argmin(times, axis=1)
             for i in range(len(devs)):
                 # each task's fastest option at this ω_dev (first among ties), else its fastest

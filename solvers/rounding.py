@@ -91,15 +91,20 @@ def uniform_per_device(p: Problem, deadline_s: float, sweeps: int = 6) -> np.nda
     devs = list(ix.dev_seq)
     # per device: common ω_dev → per-task option index (cheapest among options with that ω_dev)
     table = {}
+    # tasks sharing an option tuple on one device (a stage's microbatches) share their map
+    by_options: dict[tuple[int, str], dict] = {}
     for d in devs:
         common = None
         maps = []
         for v in ix.dev_seq[d]:
-            m: dict = {}
-            for j, o in enumerate(p.tasks[v].options):
-                w = o.omega.dev
-                if w not in m or ix.cost[v][j] < ix.cost[v][m[w]]:
-                    m[w] = j
+            opts = p.tasks[v].options
+            m = by_options.get((id(opts), d))
+            if m is None:
+                m = by_options[(id(opts), d)] = {}
+                for j, o in enumerate(opts):
+                    w = o.omega.dev
+                    if w not in m or ix.cost[v][j] < ix.cost[v][m[w]]:
+                        m[w] = j
             maps.append(m)
             common = set(m) if common is None else common & set(m)
         if not common:
@@ -112,12 +117,13 @@ def uniform_per_device(p: Problem, deadline_s: float, sweeps: int = 6) -> np.nda
     for d in devs:
         ch[ix.dev_seq[d]] = table[d][1][0]
 
+    off, tflat = ix.time_flat
+    cflat = ix.cost_flat
+
     def evaluate(plans: np.ndarray) -> np.ndarray:
-        dur = np.empty(plans.shape)
-        cost = np.zeros(len(plans))
-        for v in range(ix.n):
-            dur[:, v] = ix.time[v][plans[:, v]]
-            cost += ix.cost[v][plans[:, v]]
+        at = off[None, :ix.n] + plans            # each plan's options, flattened
+        dur = tflat[at]
+        cost = cflat[at].sum(axis=1)
         mk = ix.batch_makespan(dur)
         return np.where(mk <= latest_makespan_s(deadline_s), ix.p_total * mk + cost, np.inf)
 
