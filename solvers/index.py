@@ -36,11 +36,26 @@ class ProblemIndex:
         self.devices = devs + sorted(set(p.idle_power_w) - set(devs))
         self.power = {d: float(p.idle_power_w.get(d, 0.0)) for d in self.devices}
         self.p_total = sum(self.power.values())
-        self.time = [np.array([o.time_s for o in t.options]) for t in p.tasks]
-        self._omegas = [[o.omega.dev for o in t.options] for t in p.tasks]
-        self.energy = [np.array([o.energy_j for o in t.options]) for t in p.tasks]
-        # Effective energy: what a task adds beyond the device's idle power over its duration.
-        self.cost = [self.energy[i] - self.power[self.device[i]] * self.time[i] for i in range(n)]
+        # Per task its option times, ω_devs, energies and effective energies (what a task adds
+        # beyond the device's idle power over its duration). Tasks with the same option tuple
+        # on one device (a pipeline's microbatches: Problem shares it) share the arrays, which
+        # are read-only: 131,072 tasks x 60 options held 2 KB a task in copies.
+        shared: dict[tuple[int, str], tuple] = {}
+        per_task = []
+        for t in p.tasks:
+            got = shared.get((id(t.options), t.device))
+            if got is None:
+                tm = np.array([o.time_s for o in t.options])
+                en = np.array([o.energy_j for o in t.options])
+                co = en - self.power[t.device] * tm
+                for a in (tm, en, co):
+                    a.setflags(write=False)
+                got = shared[(id(t.options), t.device)] = (tm, [o.omega.dev for o in t.options], en, co)
+            per_task.append(got)
+        self.time = [g[0] for g in per_task]
+        self._omegas = [g[1] for g in per_task]
+        self.energy = [g[2] for g in per_task]
+        self.cost = [g[3] for g in per_task]
         self.k = [len(t.options) for t in p.tasks]
         dev_seq: dict[str, list[int]] = {d: [] for d in devs}
         for i, d in enumerate(self.device):
@@ -215,13 +230,18 @@ class ProblemIndex:
         (effective energy) among those no slower: the cheapest option within a time limit is
         one ``bisect`` away."""
         st = []
+        done: dict[tuple[int, int], tuple] = {}        # tasks that share their arrays share this
         for v in range(self.n):
-            o = np.argsort(self.time[v], kind="stable")
-            c = self.cost[v][o]
-            best = np.minimum.accumulate(c)
-            new_min = np.r_[True, c[1:] < best[:-1]]          # ties: the faster option
-            arg = o[np.maximum.accumulate(np.where(new_min, np.arange(len(o)), 0))]
-            st.append((self.time[v][o].tolist(), arg.tolist(), best.tolist()))
+            key = (id(self.time[v]), id(self.cost[v]))
+            got = done.get(key)
+            if got is None:
+                o = np.argsort(self.time[v], kind="stable")
+                c = self.cost[v][o]
+                best = np.minimum.accumulate(c)
+                new_min = np.r_[True, c[1:] < best[:-1]]          # ties: the faster option
+                arg = o[np.maximum.accumulate(np.where(new_min, np.arange(len(o)), 0))]
+                got = done[key] = (self.time[v][o].tolist(), arg.tolist(), best.tolist())
+            st.append(got)
         return st
 
     def durations(self, choice: Sequence[int]) -> np.ndarray:

@@ -177,3 +177,15 @@ def test_tasks_sharing_option_objects_are_checked_once_and_share_the_converted_o
     bad = [dict(time_s=-1.0, energy_j=30.0)]
     with pytest.raises(ProblemError, match="'t0'"):
         Problem.build([(f"t{i}", "gpu0", bad) for i in range(3)])
+
+
+def test_a_stage_s_microbatches_share_read_only_option_arrays():
+    """The index keeps one copy of a stage's option arrays for all its microbatches (memory at
+    10^5 tasks), read-only so that no caller can change one task's through another's."""
+    p = _problem(stages=2, mb=6)
+    ix = p.index
+    a, b = ix.pos["s1/forward/2"], ix.pos["s1/forward/5"]
+    assert ix.time[a] is ix.time[b] and ix.cost[a] is ix.cost[b] and ix.stairs[a] is ix.stairs[b]
+    assert ix.time[a] is not ix.time[ix.pos["s0/forward/2"]]
+    with pytest.raises(ValueError):
+        ix.time[a][0] = 0.0
