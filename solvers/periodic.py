@@ -79,6 +79,7 @@ class PeriodicClasses:
 
     @property
     def n_classes(self) -> int:
+        """How many classes (repeating (stage, instruction)s) there are."""
         return len(self.rep)
 
     @property
