@@ -25,7 +25,7 @@ from .guarded import ChildFailed, ChildServer
 from .hull_flow import FlowInexact, FlowNet, flow_available, flow_net, solve_hull_flow
 from .model import Problem
 from .options import LimitOptions
-from .periodic import PeriodicHullLP, periodic_classes
+from .periodic import PeriodicHullLP, hull_rows, periodic_classes
 from .quiet import c_stdout_quiet
 
 log = logging.getLogger(__name__)
@@ -141,9 +141,9 @@ class HullLP:
         self.off = np.searchsorted(self.seg_owner, np.arange(n + 1))   # segments of i: off[i]:off[i+1]
         nd = len(self.seg_len_s)
         self.ncol = n + 1 + nd
-        pairs = list(ix.edges) + [(ix.dev_prev[b], b) for b in range(n) if ix.dev_prev[b] >= 0]
-        sinks = [v for v in range(n) if not ix.succs[v] and ix.dev_next[v] < 0]
-        self.rows = pairs + [(v, -1) for v in sinks]
+        self.rows = hull_rows(p)
+        #: the rows as an (rows × 2) integer array (w = −1: the makespan row)
+        self.row_pairs = np.asarray(self.rows, dtype=np.int64).reshape(-1, 2)
         r, cidx, val = [], [], []
         for k, (u, w) in enumerate(self.rows):
             cols = np.arange(self.off[u], self.off[u + 1]) + n + 1

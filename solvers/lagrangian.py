@@ -14,45 +14,43 @@ the hull LP's value at the LP's duals; other multipliers (:func:`switch_surrogat
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .hull_lp import HullLP
 from .model import Problem
+
+if TYPE_CHECKING:      # for types only: solvers.periodic (imported by hull_lp) uses this module
+    from .hull_lp import HullLP
 
 
 @dataclass(frozen=True)
 class Flow:
     """An s–t flow on the precedence rows (LP duals): per-task outflow f, μ on the device edge
-    into each task, and the constant part of the Lagrangian (conservation errors charged)."""
+    into each task, and the constant part of the Lagrangian (conservation errors charged),
+    ``const_j`` = ``slope_j_per_s`` × the deadline."""
 
     f: np.ndarray
     mu_dev: np.ndarray
     const_j: float
+    slope_j_per_s: float = 0.0
 
 
 def flow_from_duals(p: Problem, lp: HullLP, duals: np.ndarray, deadline_s: float) -> Flow:
     """Per-task flows from the LP duals; S ∈ [0, D] and M ∈ [0, D] bound the residual terms."""
     ix = p.index
     n = ix.n
-    D = deadline_s
-    f = np.zeros(n)
-    net = np.zeros(n)
-    flow_sink = 0.0
-    mu_dev = np.zeros(n)
-    for k, (u, w) in enumerate(lp.rows):
-        m = duals[k]
-        f[u] += m
-        net[u] += m
-        if w >= 0:
-            net[w] -= m
-            if ix.dev_prev[w] == u:
-                mu_dev[w] += m
-        else:
-            flow_sink += m
+    mu = np.asarray(duals, dtype=float)
+    u, w = lp.row_pairs[:, 0], lp.row_pairs[:, 1]
+    inner = w >= 0
+    f = np.bincount(u, weights=mu, minlength=n)
+    net = f - np.bincount(w[inner], weights=mu[inner], minlength=n)
+    dev = inner & (np.asarray(ix.dev_prev, dtype=np.int64)[np.maximum(w, 0)] == u)
+    mu_dev = np.bincount(w[dev], weights=mu[dev], minlength=n)
+    flow_sink = float(mu[~inner].sum())
     # S_v appears with coefficient net_v, M with P − flow_sink.
-    const = float(np.minimum(net, 0.0).sum() * D) + min(0.0, (ix.p_total - flow_sink) * D)
-    return Flow(f, mu_dev, const)
+    slope = float(np.minimum(net, 0.0).sum()) + min(0.0, ix.p_total - flow_sink)
+    return Flow(f, mu_dev, slope * float(deadline_s), slope)
 
 
 def device_viterbi(p: Problem, f: np.ndarray, mu_dev: np.ndarray,

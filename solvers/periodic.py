@@ -19,7 +19,7 @@ after the start to as many before the end. Two small LPs use this (:class:`Perio
 
 When the two meet (within :data:`CERTIFY_REL_TOL`) the full LP is solved:
 :meth:`PeriodicHullLP.solve` returns the expanded restriction's times, the expanded flow as
-duals, and the bound evaluated on the full problem (:func:`lagrangian_bound`), which
+duals, and the bound evaluated on the full problem (:func:`hull_lagrangian`), which
 :meth:`solvers.hull_lp.HullLP.solve` returns as its :class:`~solvers.hull_lp.LPResult`.
 Otherwise it returns None and the caller solves the full LP. Both LPs grow with the stages and
 ``margin``, not with the microbatches; the rest (building, expanding, evaluating) is linear
@@ -52,7 +52,7 @@ from .model import Problem
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PeriodicClasses", "PeriodicHullLP", "periodic_classes", "lagrangian_bound",
+__all__ = ["PeriodicClasses", "PeriodicHullLP", "periodic_classes", "hull_lagrangian", "hull_rows",
            "CERTIFY_REL_TOL", "MIN_MIDDLE"]
 
 _NAME = re.compile(r"^(s\d+(?:v\d+)?/(?:forward|backward))/(\d+)$")
@@ -147,31 +147,25 @@ def _demote_irregular(p: Problem, cls: np.ndarray, mb: np.ndarray, kind: np.ndar
 
 
 def hull_rows(p: Problem) -> list[tuple[int, int]]:
-    """The hull LP's precedence rows, in :class:`~solvers.hull_lp.HullLP`'s order: (u, w) for
+    """The hull LP's precedence rows (:attr:`solvers.hull_lp.HullLP.rows` is this list): (u, w) for
     S_u + T_u ≤ S_w over the edges, then the same-device pairs, then (v, −1) for T_v ≤ M."""
     ix = p.index
     pairs = list(ix.edges) + [(ix.dev_prev[b], b) for b in range(ix.n) if ix.dev_prev[b] >= 0]
     return pairs + [(v, -1) for v in range(ix.n) if not ix.succs[v] and ix.dev_next[v] < 0]
 
 
-def lagrangian_bound(lp: Any, duals: np.ndarray, deadline_s: float) -> tuple[float, float]:
+def hull_lagrangian(lp: Any, duals: np.ndarray, deadline_s: float) -> tuple[float, float]:
     """(bound J, its slope in the deadline J/s) of the hull LP ``lp`` at multipliers ``duals``
-    (μ ≥ 0 per row of ``lp.rows``): Σ over tasks of min over the hull of cost + outflow·time,
-    plus the start-time and makespan terms (conservation errors charged over [0, D], as
-    :func:`solvers.lagrangian.flow_from_duals` does). Valid for every μ ≥ 0."""
-    ix = lp.p.index
-    n = ix.n
-    rows = np.asarray(lp.rows, dtype=np.int64).reshape(-1, 2)
-    mu = np.asarray(duals, dtype=float)
-    u, w = rows[:, 0], rows[:, 1]
-    f = np.bincount(u, weights=mu, minlength=n)
-    inner = w >= 0
-    net = f - np.bincount(w[inner], weights=mu[inner], minlength=n)
-    sink = float(mu[~inner].sum())
-    gain = np.minimum(0.0, lp.seg_slope_j_per_s - f[lp.seg_owner]) * lp.seg_len_s
-    tasks = lp.c_slow + f * lp.t_slow + np.bincount(lp.seg_owner, weights=gain, minlength=n)
-    slope = float(np.minimum(net, 0.0).sum()) + min(0.0, ix.p_total - sink)
-    return float(tasks.sum()) + slope * float(deadline_s), slope
+    (μ ≥ 0 per row of ``lp.rows``), without switch costs: Σ over tasks of min over the hull of
+    cost + outflow·time, plus the start-time and makespan terms of
+    :func:`solvers.lagrangian.flow_from_duals`. Valid for every μ ≥ 0."""
+    from .lagrangian import flow_from_duals
+
+    fl = flow_from_duals(lp.p, lp, duals, deadline_s)
+    gain = np.minimum(0.0, lp.seg_slope_j_per_s - fl.f[lp.seg_owner]) * lp.seg_len_s
+    tasks = lp.c_slow + fl.f * lp.t_slow + np.bincount(lp.seg_owner, weights=gain,
+                                                       minlength=len(fl.f))
+    return float(tasks.sum()) + fl.const_j, fl.slope_j_per_s
 
 
 class _Linprog:
@@ -180,10 +174,8 @@ class _Linprog:
     stops them at once."""
 
     def solve(self, c: np.ndarray, A: csr_matrix, b: np.ndarray, lo: np.ndarray,
-              hi: np.ndarray, A_eq: csr_matrix | None = None,
-              b_eq: np.ndarray | None = None) -> SimpleNamespace:
-        res = linprog(c, A_ub=A, b_ub=b, A_eq=A_eq, b_eq=b_eq, bounds=np.c_[lo, hi],
-                      method="highs")
+              hi: np.ndarray) -> SimpleNamespace:
+        res = linprog(c, A_ub=A, b_ub=b, bounds=np.c_[lo, hi], method="highs")
         ok = res.status == 0
         return SimpleNamespace(ok=ok, message=str(res.message),
                                fun=float(res.fun) if ok else math.nan, x=res.x if ok else None,
@@ -256,7 +248,7 @@ class PeriodicHullLP:
         # A row between members (or from a member to M) is linear in the microbatch along its
         # group (tail class, head class, offset): it holds for every edge of the group iff it
         # holds at the group's first and last, so only those two are kept.
-        rows = np.asarray(lp.rows, dtype=np.int64).reshape(-1, 2)
+        rows = lp.row_pairs
         u_all, w_all = rows[:, 0], rows[:, 1]
         w0 = np.maximum(w_all, 0)
         inner = (cls[u_all] >= 0) & ((w_all < 0) | (cls[w0] >= 0))
@@ -331,7 +323,7 @@ class PeriodicHullLP:
         ix = lp.p.index
         n = ix.n
         cls, mb, kind = pc.cls, pc.mb, pc.kind
-        rows = np.asarray(lp.rows, dtype=np.int64).reshape(-1, 2)
+        rows = lp.row_pairs
         u, w = rows[:, 0], rows[:, 1]
         grouped = (cls[u] >= 0) | ((w >= 0) & (cls[np.maximum(w, 0)] >= 0))
         keys = np.c_[kind[u], np.where(w >= 0, kind[np.maximum(w, 0)], -1),
@@ -401,7 +393,7 @@ class PeriodicHullLP:
         n = lp.p.index.n
         time_s = lp.t_slow - np.bincount(lp.seg_owner, weights=bought, minlength=n)
         duals = np.maximum(rd.mu[Dl.var], 0.0)
-        bound, slope = lagrangian_bound(lp, duals, D)
+        bound, slope = hull_lagrangian(lp, duals, D)
         upper = rr.fun + float(lp.c_slow.sum())
         gap = (upper - bound) / max(abs(bound), 1e-12)
         log.info("periodic hull LP at D=%.6g: %d of %d tasks in %d classes; restriction %.9g J, "

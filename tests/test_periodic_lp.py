@@ -10,7 +10,7 @@ import pytest
 import solvers.periodic as periodic
 from solvers import one_f_one_b
 from solvers.hull_lp import HullLP
-from solvers.periodic import PeriodicHullLP, lagrangian_bound, periodic_classes
+from solvers.periodic import PeriodicHullLP, hull_lagrangian, periodic_classes
 from solvers.pipeline import pipeline
 
 REL = 1e-7     # the LPs' own tolerances
@@ -65,25 +65,25 @@ def test_periodic_solve_equals_the_full_lp(schedule, factor):
     assert res.bound_j <= full.bound_j * (1 + 1e-9)          # a valid bound, never above
     _feasible(p, res, D)
     # the duals conserve flow: their Lagrangian is the bound, charged nothing
-    value, slope = lagrangian_bound(lp, res.duals, D)
+    value, slope = hull_lagrangian(lp, res.duals, D)
     assert value == pytest.approx(res.bound_j, rel=1e-12)
     assert slope == pytest.approx(res.slope_j_per_s, rel=1e-9, abs=1e-9)
     lp.close()
 
 
 def test_the_bound_is_valid_for_any_flow():
-    """lagrangian_bound is a lower bound for every μ ≥ 0, and reaches the LP at its duals."""
+    """hull_lagrangian is a lower bound for every μ ≥ 0, and reaches the LP at its duals."""
     p = _problem(mb=12)
     D = p.deadline_s("1.1x")
     lp = HullLP(p, process_min_tasks=10**9, periodic_min_tasks=None)
     full = lp.solve(D)
-    value, _ = lagrangian_bound(lp, full.duals, D)
+    value, _ = hull_lagrangian(lp, full.duals, D)
     assert value == pytest.approx(full.bound_j, rel=1e-7)
     rng = np.random.default_rng(0)
     for _ in range(20):
         mu = np.maximum(full.duals * rng.uniform(0.5, 1.5, len(full.duals))
                         + rng.exponential(1.0, len(full.duals)) * (rng.random(len(full.duals)) < 0.1), 0)
-        assert lagrangian_bound(lp, mu, D)[0] <= full.bound_j * (1 + 1e-9)
+        assert hull_lagrangian(lp, mu, D)[0] <= full.bound_j * (1 + 1e-9)
 
 
 def test_classes_of_a_pipeline():
