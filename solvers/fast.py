@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import held
 from .bound import switch_bound_capped
 from .feasibility import check_bound
 from .hold import wrap_polish
@@ -64,9 +65,13 @@ def safety_net_s(n_tasks: int, options: SolveOptions = SolveOptions()) -> float:
 def _work_units(n_tasks: int, options: SolveOptions) -> float:
     """Work units of the switch-cost search for ``n_tasks`` tasks (``options.budget``):
     ``work_per_task`` each, at most ``max_work``, and past ``work_task_product`` / ``max_work``
-    tasks shrinking as 1/tasks."""
+    tasks shrinking as 1/tasks; from :data:`solvers.held.MIN_TASKS` tasks on, where a unit's
+    moves no longer cost time ∝ tasks, at least ``held_work_per_task`` per task."""
     b = options.budget
-    return min(b.max_work, b.work_per_task * n_tasks, b.work_task_product / max(n_tasks, 1))
+    work = min(b.max_work, b.work_per_task * n_tasks, b.work_task_product / max(n_tasks, 1))
+    if n_tasks >= held.MIN_TASKS:            # moves against a held schedule: O(1) per unit
+        work = max(work, b.held_work_per_task * n_tasks)
+    return work
 
 
 def polish_budget(n_tasks: int, seconds: float | None = None,

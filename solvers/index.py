@@ -18,6 +18,9 @@ from frontier.errors import EnergyCalculusError
 
 from .errors import ProblemError
 
+#: An option index per task: a list or an integer array.
+Choice = Sequence[int] | np.ndarray
+
 if TYPE_CHECKING:
     from .model import Problem
 
@@ -244,12 +247,12 @@ class ProblemIndex:
             st.append(got)
         return st
 
-    def durations(self, choice: Sequence[int]) -> np.ndarray:
+    def durations(self, choice: Choice) -> np.ndarray:
         """Duration of each task under ``choice``."""
         off, tflat, _ = self._flat
         return tflat[off + np.asarray(choice, dtype=int)]
 
-    def switch_tau(self, choice: Sequence[int]) -> np.ndarray:
+    def switch_tau(self, choice: Choice) -> np.ndarray:
         """Switch latency before each task (0 when none); in a steady state a device's first
         task carries the wrap switch from its last task."""
         out = np.zeros(self.n)
@@ -258,7 +261,7 @@ class ProblemIndex:
             out[bs] = m[ch[prev], ch[bs]]
         return out
 
-    def schedule(self, choice: Sequence[int]) -> tuple[np.ndarray, np.ndarray, float]:
+    def schedule(self, choice: Choice) -> tuple[np.ndarray, np.ndarray, float]:
         """Earliest start and end of each task and the makespan (ASAP list schedule)."""
         start, end = self.earliest(self.durations(choice), self.switch_tau(choice))
         return np.array(start), np.array(end), max(end) if self.n else 0.0
@@ -343,11 +346,11 @@ class ProblemIndex:
             end[:, idx] = end[:, pp].max(axis=2) + dur[:, idx]
         return end[:, :self.n].max(axis=1)
 
-    def makespan(self, choice: Sequence[int]) -> float:
+    def makespan(self, choice: Choice) -> float:
         """Makespan of ``choice``."""
         return self.schedule(choice)[2]
 
-    def latest(self, choice: Sequence[int], horizon_s: float) -> np.ndarray:
+    def latest(self, choice: Choice, horizon_s: float) -> np.ndarray:
         """Latest finish of each task so that everything ends by ``horizon_s``."""
         return np.array(self.latest_finish(self.durations(choice), horizon_s, self.switch_tau(choice)))
 
@@ -373,7 +376,7 @@ class ProblemIndex:
             lf[v] = f
         return lf
 
-    def switch_extra(self, choice: Sequence[int]) -> tuple[float, int]:
+    def switch_extra(self, choice: Choice) -> tuple[float, int]:
         """Σ extra switch energy beyond idle power, and the number of switches that cost
         something (time or energy); the steady-state wraps included."""
         tot, n_sw = 0.0, 0
@@ -387,7 +390,7 @@ class ProblemIndex:
                         tot += ext[i, j]
         return tot, n_sw
 
-    def switch_counts(self, choice: Sequence[int]) -> dict[str, int]:
+    def switch_counts(self, choice: Choice) -> dict[str, int]:
         """Per device, how many times ω_dev changes in one iteration under ``choice``: between
         consecutive tasks, plus (in a steady state) from the last task back to the first.
         Counts changes of the operating point, priced or free."""
@@ -400,7 +403,7 @@ class ProblemIndex:
             out[d] = sum(1 for a, b in pairs if omega[a][int(choice[a])] != omega[b][int(choice[b])])
         return out
 
-    def device_energies_j(self, choice: Sequence[int], makespan_s: float | None = None
+    def device_energies_j(self, choice: Choice, makespan_s: float | None = None
                           ) -> dict[str, float]:
         """Per device, its share of :meth:`objective` (J): idle power over the makespan, its
         tasks' energy beyond idle power, and its switches' extra energy (a steady state's
@@ -416,7 +419,7 @@ class ProblemIndex:
                     out[d] += float(ext[choice[a], choice[b]])
         return out
 
-    def objective(self, choice: Sequence[int], makespan_s: float | None = None) -> float:
+    def objective(self, choice: Choice, makespan_s: float | None = None) -> float:
         """Total energy of ``choice`` (J) with the device horizon at its makespan."""
         m = self.makespan(choice) if makespan_s is None else makespan_s
         c = sum(float(self.cost[i][choice[i]]) for i in range(self.n))

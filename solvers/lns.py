@@ -419,10 +419,13 @@ def polish(p: Problem, choice: np.ndarray, deadline_s: float, budget_s: float = 
     ``paths`` restricts the neighbourhoods; ``cap``/``gcap`` are :func:`chain_dp`'s label caps."""
     ix = p.index
     budget = Budget.of(work, budget_s) if budget is None else budget
+    paths = neighbourhoods(p) if paths is None else paths
+    from . import held  # (held builds on this module)
+    if held.applies(p):
+        return held.polish_held(p, choice, deadline_s, alphas, paths, cap, gcap, budget)
     ch = np.asarray(choice).copy()
     best = ix.objective(ch)
     D = deadline_s
-    paths = neighbourhoods(p) if paths is None else paths
     idle = 0
     k = 0
     while idle < len(alphas) and paths:
@@ -491,6 +494,9 @@ def iterated_polish(p: Problem, choice: np.ndarray, deadline_s: float,
     :func:`chain_dp`'s label caps (``cap``, ``gcap``) in the re-planning after a kick."""
     ix = p.index
     budget = Budget.of(work, budget_s) if budget is None else budget
+    from . import held  # (held builds on this module)
+    if held.applies(p):
+        return held.iterated_polish_held(p, choice, deadline_s, seed, max_segment, caps, budget)
     rng = np.random.default_rng(seed)
     ch = np.asarray(choice).copy()
     best = ix.objective(ch)

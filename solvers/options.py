@@ -53,6 +53,13 @@ class BudgetOptions:
     #: this keeps the search's time from growing with size. 32x128 (8,192 tasks, 1 ms
     #: switches, 1.05x): 23,040 units, gap 0.9 % (92,160 units: 0.6 % in five times the time).
     work_task_product: float = 188_743_680.0
+    #: From :data:`solvers.held.MIN_TASKS` tasks on the search's moves cost work independent
+    #: of the size (:mod:`solvers.held`), and the work is ``held_work_per_task`` per task
+    #: when that is more than the above (a sweep over every path costs about 2.5 units per
+    #: task). Measured on 32x512 1F1B (32,768 tasks, 1 ms switches, 1.05x, 2 cores): 1 per
+    #: task 62 s, gap 1.08 %; 2: 73 s, 0.99 %; 4: 94 s, 0.92 %; 12: 190 s, 0.81 %. Past 2
+    #: the gap moves less than energy is measured (about 1 %) for a third more time each.
+    held_work_per_task: float = 2.0
     safety_net_s_per_unit: float = 0.004
     safety_net_s_per_task: float = 0.01
     safety_net_s_min: float = 60.0

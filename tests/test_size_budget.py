@@ -44,3 +44,18 @@ def test_ascent_takes_at_most_max_task_steps_over_tasks_steps():
         calls.clear()
         flow_ascent_capped(p, lp.rows, lp.solve(D).duals, D, evaluate, opts)
         assert len(calls) == steps + 1
+
+
+def test_work_grows_with_tasks_again_where_moves_are_held():
+    """From solvers.held.MIN_TASKS tasks on a unit's moves cost the same at any size, so the work
+    is held_work_per_task per task when that is more than the 1/tasks rule."""
+    from solvers import held
+
+    assert held.MIN_TASKS == 6144
+    assert polish_budget(6143)[0] == 188_743_680 / 6143       # below: the 1/tasks rule
+    assert polish_budget(8192)[0] == 23_040                    # the rule is still more
+    assert polish_budget(32768)[0] == 2.0 * 32768
+    assert polish_budget(131072)[0] == 2.0 * 131072
+    opts = SolveOptions()
+    more = replace(opts, budget=replace(opts.budget, held_work_per_task=4.0))
+    assert polish_budget(32768, options=more)[0] == 4.0 * 32768
