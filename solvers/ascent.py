@@ -101,7 +101,10 @@ def flow_ascent_capped(p: Problem, rows: list[tuple[int, int]], duals: np.ndarra
     ``seconds`` wall-clock safety net stopped it before them (then the bound depends on the
     machine's speed)."""
     ix = p.index
-    iters = min(opts.iters, int(opts.max_task_steps / max(ix.n, 1)))
+    task_steps = int(opts.max_task_steps / max(ix.n, 1))
+    if task_steps < min(opts.iters, opts.min_steps):
+        task_steps = 0                        # too few to move the bound (AscentOptions.min_steps)
+    iters = min(opts.iters, task_steps)
     mu = np.maximum(np.asarray(duals, dtype=float), 0.0)
     if not rows:
         return evaluate(mu)[0], mu, False

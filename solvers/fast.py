@@ -66,11 +66,12 @@ def _work_units(n_tasks: int, options: SolveOptions) -> float:
     """Work units of the switch-cost search for ``n_tasks`` tasks (``options.budget``):
     ``work_per_task`` each, at most ``max_work``, and past ``work_task_product`` / ``max_work``
     tasks shrinking as 1/tasks; from :data:`solvers.held.MIN_TASKS` tasks on, where a unit's
-    moves no longer cost time ∝ tasks, at least ``held_work_per_task`` per task."""
+    moves no longer cost time ∝ tasks, at least ``held_work_per_task`` ×
+    √(tasks / ``held_work_tasks``) per task."""
     b = options.budget
     work = min(b.max_work, b.work_per_task * n_tasks, b.work_task_product / max(n_tasks, 1))
     if n_tasks >= held.MIN_TASKS:            # moves against a held schedule: O(1) per unit
-        work = max(work, b.held_work_per_task * n_tasks)
+        work = max(work, b.held_work_per_task * n_tasks * math.sqrt(n_tasks / b.held_work_tasks))
     return work
 
 

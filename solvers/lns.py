@@ -22,6 +22,7 @@ the defaults were measured on; the budget then says so).
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass
@@ -34,6 +35,9 @@ from .feasibility import meets_deadline, plan_meets_deadline
 from .model import Problem
 from .options import SearchOptions
 from .repair import relax_repeatedly
+from .workers import available_cpus, start
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -332,7 +336,7 @@ def windowed_rounding(p: Problem, time_s: np.ndarray, deadline_s: float, alpha: 
     if not meets_deadline(max(end, default=0.0), D):
         return None
     cut = alpha * np.array(end) + (1 - alpha) * np.array(ix.latest_finish(time_s, D))
-    choice = np.zeros(ix.n, dtype=int)
+    wins = []
     for seq in ix.dev_seq.values():
         rels, dues, links = [], [], []
         for i, v in enumerate(seq):
@@ -341,14 +345,41 @@ def windowed_rounding(p: Problem, time_s: np.ndarray, deadline_s: float, alpha: 
             rels.append(np.full(ix.k[v], rel))
             dues.append(np.full(ix.k[v], due + 1e-12 * D))
             links.append((ix.tau[v], ix.extra[v]) if i > 0 and ix.tau[v] is not None else None)
-        win = PathWindow(list(seq), [ix.time[v] for v in seq], [ix.cost[v] for v in seq], rels, dues, links)
-        sub = chain_dp(win, cap, gcap)
-        if sub is None:
-            return None
-        choice[seq] = sub
+        wins.append(PathWindow(list(seq), [ix.time[v] for v in seq], [ix.cost[v] for v in seq], rels, dues, links))
+    subs = _chain_dps_split(wins, cap, gcap, parallel=ix.n >= PARALLEL_WINDOWS_MIN_TASKS)
+    if any(sub is None for sub in subs):
+        return None
+    choice = np.zeros(ix.n, dtype=int)
+    for win, sub in zip(wins, subs):
+        choice[win.tasks] = sub
     if not plan_meets_deadline(p, choice, D):
         return None
     return choice
+
+
+#: From this many tasks on, :func:`windowed_rounding` plans half of the devices in a worker
+#: process (:mod:`solvers.workers`) when a second CPU is there: on 32x512 1F1B (32,768 tasks,
+#: 60 clocks) its 32 device DPs take about 12 s, and a worker costs about 1 s to start.
+PARALLEL_WINDOWS_MIN_TASKS = 8192
+
+
+def chain_dps(windows: list[PathWindow], cap: int, gcap: int) -> list[np.ndarray | None]:
+    """:func:`chain_dp` of each window (module level, so a worker process can run it)."""
+    return [chain_dp(w, cap, gcap) for w in windows]
+
+
+def _chain_dps_split(windows: list[PathWindow], cap: int, gcap: int,
+                     parallel: bool) -> list[np.ndarray | None]:
+    """:func:`chain_dps`, the first half of ``windows`` in a worker process when ``parallel``
+    and a second CPU is there; the same answer either way (a failed worker's half is planned
+    here)."""
+    half = len(windows) // 2 if parallel and available_cpus() >= 2 else 0
+    with start(chain_dps, windows[:half], cap, gcap, parallel=half > 0) as job:
+        rest = chain_dps(windows[half:], cap, gcap)
+        first = job.result()
+        if job.fallback:
+            log.info("windowed rounding: %s; its devices were planned here", job.fallback)
+    return first + rest
 
 
 def dependency_paths(p: Problem, device_hops: int = 1) -> list[list[int]]:

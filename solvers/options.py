@@ -54,12 +54,16 @@ class BudgetOptions:
     #: switches, 1.05x): 23,040 units, gap 0.9 % (92,160 units: 0.6 % in five times the time).
     work_task_product: float = 188_743_680.0
     #: From :data:`solvers.held.MIN_TASKS` tasks on the search's moves cost work independent
-    #: of the size (:mod:`solvers.held`), and the work is ``held_work_per_task`` per task
-    #: when that is more than the above (a sweep over every path costs about 2.5 units per
-    #: task). Measured on 32x512 1F1B (32,768 tasks, 1 ms switches, 1.05x, 2 cores): 1 per
-    #: task 62 s, gap 1.08 %; 2: 73 s, 0.99 %; 4: 94 s, 0.92 %; 12: 190 s, 0.81 %. Past 2
-    #: the gap moves less than energy is measured (about 1 %) for a third more time each.
+    #: of the size (:mod:`solvers.held`), and the work is ``held_work_per_task`` per task at
+    #: ``held_work_tasks`` tasks, times √(tasks / ``held_work_tasks``), when that is more
+    #: than the above (a sweep over every path costs about 2.5 units per task). Measured on
+    #: 1F1B with 1 ms switches at 1.05x (2 cores): on 32,768 tasks 1 per task gives a gap of
+    #: 1.08 %, 2 0.99 % (50 s), 4 0.92 %, 12 0.81 % (past 2 the gap moves less than energy is
+    #: measured, about 1 %, for a third more time each); on 131,072 tasks 2 per task gives
+    #: 1.10 % (179 s) and 4 0.99 % (247 s): to hold a gap the search needs more sweeps as
+    #: the pipeline grows, hence the square root.
     held_work_per_task: float = 2.0
+    held_work_tasks: float = 32_768.0
     safety_net_s_per_unit: float = 0.004
     safety_net_s_per_task: float = 0.01
     safety_net_s_min: float = 60.0
@@ -80,6 +84,11 @@ class AscentOptions:
     #: Each step is O(tasks): at most ``max_task_steps`` / tasks steps (150 up to 2,048 tasks,
     #: 37 on 8,192, where 150 took about 25 s for 0.05 % of bound).
     max_task_steps: float = 307_200.0
+    #: Where that rule leaves fewer steps than this, the ascent is skipped (the bound is its
+    #: start's): measured at 1.05x with 1 ms switches, 32,768 tasks get 9 steps, 12 s for no
+    #: gain at all (16,384: 18 steps, +0.023 % in 10 s; 8,192: 37, +0.039 %; 2,048: 150,
+    #: +0.055 %).
+    min_steps: int = 12
     margin: float = 2e-3
     patience: int = 8
     passes: int = 40

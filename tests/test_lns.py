@@ -408,3 +408,35 @@ def test_device_neighbours_with_different_option_lists(slack):
         new[path] = got
         cost = lambda c: sum(ix.cost[v][c[v]] for v in range(ix.n)) + ix.switch_extra(c)[0]  # noqa: E731
         assert cost(new) == pytest.approx(want, rel=1e-12, abs=1e-9)
+
+
+def _device_windows(p, D):
+    """Every device chain's window with the rest of the plan at its fastest, held ASAP."""
+    ix = p.index
+    ch = np.array([int(np.argmin(ix.time[v])) for v in range(ix.n)])
+    start, end, _ = ix.schedule(ch)
+    # a device chain alone: its own tasks' neighbours on other devices fix its window
+    return [path_window(p, seq, ch, start, end - start, D) for seq in ix.dev_seq.values()]
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_windowed_rounding_split_over_a_worker_gives_the_same_plans(monkeypatch, caplog, broken):
+    """Half of the device DPs go to a worker process; its answer, or (worker not started) the
+    same DPs run here, equal the serial ones."""
+    import sys
+
+    from solvers import lns
+
+    p = pipeline(stages=4, mb=6)
+    D = 1.1 * p.fastest_makespan_s()
+    wins = _device_windows(p, D)
+    serial = lns.chain_dps(wins, 48, 160)
+    assert all(s is not None for s in serial)
+    monkeypatch.setattr(lns, "available_cpus", lambda: 2)
+    if broken:
+        monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+    with caplog.at_level("INFO", logger="solvers.lns"):
+        split = lns._chain_dps_split(wins, 48, 160, parallel=True)
+    assert [s.tolist() for s in split] == [s.tolist() for s in serial]
+    # the worker answered, or the fallback said why it did not
+    assert ("worker not started" in caplog.text) == broken
