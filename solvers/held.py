@@ -22,7 +22,8 @@ let the makespan grow toward the deadline, which the exact check then prices (pl
 fast method end at the deadline: makespan/deadline 0.99999994 on 32x128 1F1B at 1.05x).
 Steady-state problems (a wrap switch from each device's last task to its first, which no
 window prices) keep :func:`solvers.lns.polish`'s exact moves, as do problems under
-:data:`MIN_TASKS` tasks (their plans, and the numbers the documents quote, stay as they were).
+:data:`MIN_TASKS` tasks (their plans, and the numbers the documents quote, stay as they were):
+:func:`polish` and :func:`iterated_polish` choose (:func:`applies`), and the search calls them.
 """
 
 from __future__ import annotations
@@ -32,9 +33,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import lns
 from .feasibility import meets_deadline
-from .lns import Budget, PathWindow, _chain_dp, dependency_paths, path_window
+from .lns import Budget, PathWindow, _chain_dp, dependency_paths, neighbourhoods, path_window
 from .model import Problem
+from .options import SearchOptions
 
 #: From this many tasks on the search re-plans against a held schedule (:func:`applies`):
 #: below it one exact pass costs less than the moves it would save.
@@ -296,3 +299,27 @@ def iterated_polish_held(p: Problem, choice: np.ndarray, deadline_s: float, seed
             h.energy_j, h.since = saved[3], saved[4]
     checked.hold(h.choice, 0.5)
     return checked.best
+
+
+def polish(p: Problem, choice: np.ndarray, deadline_s: float, budget_s: float = 600.0,
+           alphas: tuple[float, ...] = SearchOptions().alphas, paths: list[list[int]] | None = None,
+           cap: int = 48, gcap: int = 160, work: float = 2_000.0,
+           budget: Budget | None = None) -> np.ndarray:
+    """:func:`solvers.lns.polish` (same arguments), by :func:`polish_held` where
+    :func:`applies`."""
+    if not applies(p):
+        return lns.polish(p, choice, deadline_s, budget_s, alphas, paths, cap, gcap, work, budget)
+    budget = Budget.of(work, budget_s) if budget is None else budget
+    paths = neighbourhoods(p) if paths is None else paths
+    return polish_held(p, choice, deadline_s, alphas, paths, cap, gcap, budget)
+
+
+def iterated_polish(p: Problem, choice: np.ndarray, deadline_s: float, budget_s: float = 600.0,
+                    seed: int = 0, max_segment: int = 32, work: float = 2_000.0,
+                    budget: Budget | None = None, caps: tuple[int, int] = (16, 64)) -> np.ndarray:
+    """:func:`solvers.lns.iterated_polish` (same arguments), by :func:`iterated_polish_held`
+    where :func:`applies`."""
+    if not applies(p):
+        return lns.iterated_polish(p, choice, deadline_s, budget_s, seed, max_segment, work, budget, caps)
+    budget = Budget.of(work, budget_s) if budget is None else budget
+    return iterated_polish_held(p, choice, deadline_s, seed, max_segment, caps, budget)

@@ -451,9 +451,6 @@ def polish(p: Problem, choice: np.ndarray, deadline_s: float, budget_s: float = 
     ix = p.index
     budget = Budget.of(work, budget_s) if budget is None else budget
     paths = neighbourhoods(p) if paths is None else paths
-    from . import held  # (held builds on this module)
-    if held.applies(p):
-        return held.polish_held(p, choice, deadline_s, alphas, paths, cap, gcap, budget)
     ch = np.asarray(choice).copy()
     best = ix.objective(ch)
     D = deadline_s
@@ -525,9 +522,6 @@ def iterated_polish(p: Problem, choice: np.ndarray, deadline_s: float,
     :func:`chain_dp`'s label caps (``cap``, ``gcap``) in the re-planning after a kick."""
     ix = p.index
     budget = Budget.of(work, budget_s) if budget is None else budget
-    from . import held  # (held builds on this module)
-    if held.applies(p):
-        return held.iterated_polish_held(p, choice, deadline_s, seed, max_segment, caps, budget)
     rng = np.random.default_rng(seed)
     ch = np.asarray(choice).copy()
     best = ix.objective(ch)

@@ -3,8 +3,8 @@
 With switch costs, rounding alone leaves plans well above the bound. One search
 (:func:`run_member`) takes the feasible starts (:func:`solvers.rounding.switch_starts`) and:
 
-1. re-plans the first four path by path (:func:`solvers.lns.polish`), each with a probe share
-   of the work, goes on with the cheapest, then kicks it (:func:`solvers.lns.iterated_polish`)
+1. re-plans the first four path by path (:func:`solvers.held.polish`), each with a probe share
+   of the work, goes on with the cheapest, then kicks it (:func:`solvers.held.iterated_polish`)
    with the rest (:func:`improve`);
 2. where the plan has a steady middle (:mod:`solvers.hold`), spends part of the work on a
    hold start (every device's held clock moved at once, which path moves cannot do) and on a
@@ -26,11 +26,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from .feasibility import plan_meets_deadline
+from .held import iterated_polish, polish
 from .hold import best_hold, held_problem, held_problem_values, replan_levels
 from .hull_lp import HullLP
 from .lagrangian import flow_from_duals
 from .limits import NetFired
-from .lns import Budget, iterated_polish, polish
+from .lns import Budget
 from .model import Problem
 from .options import SearchSettings, SolveOptions
 from .repair import relax
@@ -75,7 +76,7 @@ def final_polish(p: Problem, plans: list[np.ndarray], deadline_s: float, budget:
                  caps: tuple[int, int] | None = None,
                  options: SolveOptions = SolveOptions()) -> np.ndarray:
     """The cheapest of ``plans`` that meets the deadline, re-planned path by path
-    (:func:`solvers.lns.polish`) with DP caps ``caps`` (default: the first of
+    (:func:`solvers.held.polish`) with DP caps ``caps`` (default: the first of
     ``options.search.final_stages``) until ``budget`` is spent or a whole cycle finds
     nothing; the cheapest plan itself when none meets the deadline."""
     caps = caps or options.search.final_stages[0][0]
@@ -188,9 +189,9 @@ def _replan_hold(p: Problem, choice: np.ndarray, deadline_s: float, budget: Budg
 
 def improve(p: Problem, plans: list[np.ndarray], deadline_s: float, budget: Budget,
             settings: SearchSettings, options: SolveOptions = SolveOptions()) -> list[np.ndarray]:
-    """Re-plan the first four starts path by path (:func:`solvers.lns.polish`) with
+    """Re-plan the first four starts path by path (:func:`solvers.held.polish`) with
     ``search.probe_share`` of the budget each, go on with the better one until it settles or
-    half of what is left is spent, then kick it (:func:`solvers.lns.iterated_polish`) with the
+    half of what is left is spent, then kick it (:func:`solvers.held.iterated_polish`) with the
     rest; also try :func:`solvers.repair.relax` on the result. Returns the improved plans
     (best first) and the other starts."""
     ix = p.index

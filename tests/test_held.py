@@ -156,19 +156,23 @@ def test_iterated_polish_held_is_deterministic_by_seed_and_never_worse():
         assert ix.objective(out) <= ix.objective(ch)
 
 
-def test_lns_searches_dispatch_to_held_schedules(held_everywhere, monkeypatch):
+def test_searches_dispatch_to_held_schedules(held_everywhere, monkeypatch):
     p, D = _problem()
     calls = []
     real_p, real_i = held.polish_held, held.iterated_polish_held
     monkeypatch.setattr(held, "polish_held", lambda *a: calls.append("polish") or real_p(*a))
     monkeypatch.setattr(held, "iterated_polish_held", lambda *a: calls.append("iterated") or real_i(*a))
     ch = _start(p, D)
-    lns.polish(p, ch, D, work=50.0)
-    lns.iterated_polish(p, ch, D, work=50.0)
+    held.polish(p, ch, D, work=50.0)
+    held.iterated_polish(p, ch, D, work=50.0)
     assert calls == ["polish", "iterated"]
     calls.clear()
-    lns.polish(p.with_(steady_state=True), ch, D, work=50.0)
+    held.polish(p.with_(steady_state=True), ch, D, work=50.0)
+    held.iterated_polish(p.with_(steady_state=True), ch, D, work=50.0)
     assert calls == []                               # steady state keeps the exact moves
+    # the search calls the dispatching ones
+    from solvers import search
+    assert search.polish is held.polish and search.iterated_polish is held.iterated_polish
 
 
 def test_fast_solve_with_held_schedules_makes_four_starts_and_keeps_the_deadline(held_everywhere, monkeypatch):
