@@ -35,7 +35,15 @@ import numpy as np
 
 from . import lns
 from .feasibility import meets_deadline
-from .lns import Budget, PathWindow, _chain_dp, dependency_paths, neighbourhoods, path_window
+from .lns import (
+    Budget,
+    PathWindow,
+    _chain_dp,
+    dependency_paths,
+    held_options,
+    neighbourhoods,
+    path_window,
+)
 from .model import Problem
 from .options import SearchOptions
 
@@ -77,18 +85,26 @@ class HeldSchedule:
     since: int = 0
 
 
-def hold_schedule(p: Problem, choice: np.ndarray, deadline_s: float, alpha: float,
-                  energy_j: float | None = None) -> HeldSchedule:
-    """``choice`` held at α·ASAP + (1 − α)·ALAP starts (a convex combination of two feasible
-    schedules, so feasible when ``choice`` meets ``deadline_s``); ``energy_j`` defaults to the
-    plan's exact energy."""
+def schedule_passes(p: Problem, choice: np.ndarray, deadline_s: float
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(earliest start, duration, latest finish by ``deadline_s``) of each task of ``choice``:
+    the two exact passes a schedule is held from."""
     ix = p.index
     start, end, _ = ix.schedule(choice)
-    dur = end - start
-    lf = ix.latest(choice, deadline_s)
+    return start, end - start, ix.latest(choice, deadline_s)
+
+
+def hold_schedule(p: Problem, choice: np.ndarray, deadline_s: float, alpha: float,
+                  energy_j: float | None = None,
+                  passes: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> HeldSchedule:
+    """``choice`` held at α·ASAP + (1 − α)·ALAP starts (a convex combination of two feasible
+    schedules, so feasible when ``choice`` meets ``deadline_s``); ``energy_j`` defaults to the
+    plan's exact energy, ``passes`` to :func:`schedule_passes` (left unchanged)."""
+    ix = p.index
+    start, dur, lf = schedule_passes(p, choice, deadline_s) if passes is None else passes
     held = alpha * start + (1 - alpha) * (lf - dur)
     e = ix.objective(choice) if energy_j is None else energy_j
-    return HeldSchedule(np.asarray(choice).copy(), held, dur, float(deadline_s), float(e))
+    return HeldSchedule(np.asarray(choice).copy(), held, dur.copy(), float(deadline_s), float(e))
 
 
 def window_value(w: PathWindow, options: np.ndarray) -> float:
@@ -165,6 +181,7 @@ class _Checked:
         self.p, self.D, self.budget = p, float(deadline_s), budget
         self.best = np.asarray(choice).copy()
         self.best_j = p.index.objective(self.best)
+        self.passes: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None   # the best's
         budget.spend(UNITS_PER_PASS_TASK * p.index.n)
 
     def hold(self, choice: np.ndarray, alpha: float) -> HeldSchedule:
@@ -173,11 +190,14 @@ class _Checked:
         more than it (a move that let the makespan grow more than it saved)."""
         ix = self.p.index
         self.budget.spend(2 * UNITS_PER_PASS_TASK * ix.n)
-        mk = ix.makespan(choice)
+        start, end, mk = ix.schedule(choice)
         e = ix.objective(choice, mk)
         if meets_deadline(mk, self.D) and e < self.best_j:
             self.best, self.best_j = np.asarray(choice).copy(), e
-        return hold_schedule(self.p, self.best, self.D, alpha, self.best_j)
+            self.passes = (start, end - start, ix.latest(choice, self.D))
+        elif self.passes is None:
+            self.passes = schedule_passes(self.p, self.best, self.D)
+        return hold_schedule(self.p, self.best, self.D, alpha, self.best_j, self.passes)
 
     def due(self, h: HeldSchedule) -> bool:
         """Whether ``h`` has moved enough to be held again."""
@@ -273,12 +293,7 @@ def iterated_polish_held(p: Problem, choice: np.ndarray, deadline_s: float, seed
         seg = seq[i:i + length]
         v = seg[int(rng.integers(length))]
         budget.spend(UNITS_PER_KICK_TASK * length + 1.0)
-        omega = p.tasks[v].options[h.choice[v]].omega.dev
-        new = h.choice[seg].copy()
-        for n_, t in enumerate(seg):
-            opts = [j for j, o in enumerate(p.tasks[t].options) if o.omega.dev == omega]
-            if opts:
-                new[n_] = min(opts, key=lambda j: ix.cost[t][j])
+        new = held_options(p, h.choice[seg], seg, p.tasks[v].options[h.choice[v]].omega.dev)
         if np.array_equal(new, h.choice[seg]):
             continue
         win = path_window(p, seg, h.choice, h.start_s, h.dur_s, D, tol_s=1e-13 * D)

@@ -450,10 +450,10 @@ def polish(p: Problem, choice: np.ndarray, deadline_s: float, budget_s: float = 
     ``paths`` restricts the neighbourhoods; ``cap``/``gcap`` are :func:`chain_dp`'s label caps."""
     ix = p.index
     budget = Budget.of(work, budget_s) if budget is None else budget
-    paths = neighbourhoods(p) if paths is None else paths
     ch = np.asarray(choice).copy()
     best = ix.objective(ch)
     D = deadline_s
+    paths = neighbourhoods(p) if paths is None else paths
     idle = 0
     k = 0
     while idle < len(alphas) and paths:
@@ -484,13 +484,21 @@ def polish(p: Problem, choice: np.ndarray, deadline_s: float, budget_s: float = 
 
 def _hold(p: Problem, choice: np.ndarray, segment: list[int], omega) -> np.ndarray:
     """``choice`` with every task of ``segment`` moved to its cheapest option at ``omega``
-    (tasks without such an option keep theirs)."""
-    ix = p.index
+    (:func:`held_options`)."""
     new = choice.copy()
-    for v in segment:
+    new[segment] = held_options(p, choice[segment], segment, omega)
+    return new
+
+
+def held_options(p: Problem, current: np.ndarray, segment: list[int], omega) -> np.ndarray:
+    """The options of ``segment``'s tasks (now ``current``) when a kick holds it at ``omega``:
+    each task's cheapest option at that ω_dev; a task without one keeps its own."""
+    ix = p.index
+    new = np.array(current, copy=True)
+    for n, v in enumerate(segment):
         opts = [j for j, o in enumerate(p.tasks[v].options) if o.omega.dev == omega]
         if opts:
-            new[v] = min(opts, key=lambda j: ix.cost[v][j])
+            new[n] = min(opts, key=lambda j: ix.cost[v][j])
     return new
 
 
